@@ -1,0 +1,3 @@
+from jitguard.cli import main
+
+raise SystemExit(main())

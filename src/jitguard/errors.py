@@ -1,0 +1,77 @@
+"""The small error hierarchy. Each error builds its own explanatory message and carries an exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jitguard.findings.model import Finding
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class JitguardError(Exception):
+    """Base class. ``exit_code`` follows DESIGN.md: 1 blocking finding / failed build, 2 usage error."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(JitguardError):
+    """Bad input from the user: a flag, an argument or an environment variable."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A malformed environment variable or setting; names the variable, the value and what is accepted."""
+
+    def __init__(self, name: str, value: str, expected: str) -> None:
+        self.name = name
+        self.value = value
+        self.expected = expected
+        super().__init__(f"{name}={value!r} is not valid: expected {expected}. Fix the value or unset {name}.")
+
+
+class BackendUnavailable(JitguardError):
+    """A backend the user named explicitly cannot run here. Carries the findings that say why."""
+
+    def __init__(self, op: str, backend: str, findings: Sequence[Finding], alternative: str | None = None):
+        self.op = op
+        self.backend = backend
+        self.findings = tuple(findings)
+        self.alternative = alternative
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        blocking = [f for f in self.findings if f.severity == "error"] or list(self.findings)
+        lines = [f"{self.backend} {self.op} cannot run here."]
+        for f in blocking:
+            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
+            for fix in f.fixes[:2]:
+                lines.append(f"    Fix: {fix.render()}")
+        if self.alternative:
+            lines.append(f"  Or use backend={self.alternative!r}.")
+        return "\n".join(lines)
+
+
+class BuildFailed(JitguardError):
+    """A supervised build failed. Carries the classified findings and the path of the full log."""
+
+    def __init__(self, module: str, findings: Sequence[Finding], log_path: str | None, detail: str = ""):
+        self.module = module
+        self.findings = tuple(findings)
+        self.log_path = log_path
+        head = f"Build of {module} failed"
+        if detail:
+            head += f": {detail}"
+        lines = [head + "."]
+        for f in self.findings:
+            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
+            for fix in f.fixes[:2]:
+                lines.append(f"    Fix: {fix.render()}")
+        if log_path:
+            lines.append(f"  Full log: {log_path}")
+        super().__init__("\n".join(lines))

@@ -1,0 +1,93 @@
+"""The one catalog of finding codes. Pre-flight checks and the log classifier both build findings from it,
+so a cause diagnosed before a build and after it carries the same code and fix.
+
+Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``); this module
+joins them and refuses duplicates.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from jitguard.findings.catalog import build, flashinfer, gdn, system, toolchain
+from jitguard.findings.model import CatalogEntry, Finding, Fix, Severity
+
+
+def _join(groups: Iterable[tuple[CatalogEntry, ...]]) -> dict[str, CatalogEntry]:
+    joined: dict[str, CatalogEntry] = {}
+    for group in groups:
+        for entry in group:
+            if entry.code in joined:
+                raise RuntimeError(f"duplicate finding code in catalog: {entry.code}")
+            joined[entry.code] = entry
+    return joined
+
+
+CATALOG: dict[str, CatalogEntry] = _join(
+    (toolchain.ENTRIES, system.ENTRIES, flashinfer.ENTRIES, build.ENTRIES, gdn.ENTRIES)
+)
+
+
+class _Lenient(dict):  # type: ignore[type-arg]
+    """Leaves an unknown ``{field}`` visible instead of raising, so a missing parameter never hides a finding."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _fill(template: str, params: Mapping[str, Any]) -> str:
+    return string.Formatter().vformat(template, (), _Lenient(params))
+
+
+def make(
+    code: str,
+    *,
+    backend: str = "any",
+    evidence: Iterable[str] = (),
+    severity: Severity | None = None,
+    **params: Any,
+) -> Finding:
+    """Build a finding from the catalog entry ``code``, filling its templates with ``params``."""
+    entry = CATALOG[code]
+    fixes = tuple(
+        Fix(_fill(f.text, params), _fill(f.command, params) if f.command else None) for f in entry.fixes
+    )
+    return Finding(
+        code=code,
+        severity=severity or entry.severity,
+        title=_fill(entry.title, params),
+        cause=_fill(entry.cause, params),
+        evidence=tuple(str(e) for e in evidence),
+        fixes=fixes,
+        backend=backend,
+    )
+
+
+def markdown() -> str:
+    """docs/findings.md, generated from the catalog (a test keeps the committed file in step)."""
+    lines = [
+        "# Finding codes",
+        "",
+        "Every finding jitguard reports carries one of these codes. Codes are stable: a released code never",
+        "changes meaning. `error` blocks the backend it concerns; `warning` and `info` do not.",
+        "Text in `{braces}` is filled in with the facts of your machine.",
+        "",
+        "Regenerate with `python -m jitguard.findings.catalog > docs/findings.md`.",
+        "",
+    ]
+    by_area: dict[str, list[CatalogEntry]] = {}
+    for entry in CATALOG.values():
+        by_area.setdefault(entry.area, []).append(entry)
+    for area in sorted(by_area):
+        lines += [f"## {area}", ""]
+        for entry in sorted(by_area[area], key=lambda e: e.code):
+            lines += [f"### `{entry.code}` ({entry.severity})", "", f"**{entry.title}**", "", entry.cause, ""]
+            if entry.fixes:
+                lines.append("Fixes:")
+                for fix in entry.fixes:
+                    cmd = f" `{fix.command}`" if fix.command else ""
+                    lines.append(f"- {fix.text}{cmd}")
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

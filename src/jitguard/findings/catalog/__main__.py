@@ -1,0 +1,3 @@
+from jitguard.findings.catalog import markdown
+
+print(markdown(), end="")
