@@ -1,0 +1,103 @@
+"""`jitguard doctor`: the verdict per backend, before any compile, with the evidence and what to type."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from jitguard.errors import EXIT_FAILURE, EXIT_OK
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+    from jitguard.findings.model import Finding
+
+BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
+
+
+def configure(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="diagnose whether FlashInfer / Triton / PyTorch kernels can build and load here",
+        description=(
+            "Probe this machine (GPU, CUDA toolchain, linker, libstdc++, memory, disk, packages) and report, per "
+            "backend, every finding with its evidence and fix, ending with the verdict. Compiles nothing unless "
+            "--compile is given."
+        ),
+        epilog="Exit codes: 0 every requested backend is usable, 1 a blocking finding, 2 usage error.",
+    )
+    parser.add_argument(
+        "--backend",
+        default="all",
+        type=str.lower,
+        choices=BACKEND_CHOICES,
+        help="backend to check (default: all)",
+    )
+    parser.add_argument("--json", action="store_true", help="emit the versioned JSON envelope instead of the report")
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also import the backend packages in a subprocess to catch broken installs (slower)",
+    )
+    parser.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from jitguard.config import Settings
+    from jitguard.facts import collect
+    from jitguard.findings.checks import preflight
+
+    settings = Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2
+    facts = collect(cache_dir=settings.cache_dir)
+    backends = ("flashinfer", "triton", "torch") if args.backend == "all" else (args.backend,)
+    results = {name: preflight(facts, name) for name in backends}
+    if args.deep:
+        for name in backends:
+            results[name] = results[name] + _deep_findings(facts, name)
+    decision = _gdn_decision(facts)
+    code = EXIT_FAILURE if any(f.blocking for fs in results.values() for f in fs) else EXIT_OK
+
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        sys.stdout.write(dumps("doctor", _payload(facts, results, decision, code)) + "\n")
+    else:
+        from jitguard.cli.report import render_doctor
+
+        render_doctor(facts, results, decision)
+    return code
+
+
+def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
+    from jitguard.findings.checks import deep_checks
+
+    return deep_checks(facts, backend)
+
+
+def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
+    """What `backend='auto'` GDN prefill would pick here, and why the others were skipped."""
+    try:
+        from jitguard.gdn.resolve import describe_auto
+    except ImportError:
+        return None
+    return describe_auto(facts=facts)
+
+
+def _payload(
+    facts: Facts, results: dict[str, list[Finding]], decision: dict[str, Any] | None, code: int
+) -> dict[str, Any]:
+    from jitguard.facts.serialize import facts_to_json
+
+    return {
+        "fingerprint": facts.fingerprint,
+        "exit_code": code,
+        "backends": {
+            name: {
+                "usable": not any(f.blocking for f in findings),
+                "findings": [f.to_json() for f in findings],
+            }
+            for name, findings in results.items()
+        },
+        "gdn_prefill": decision,
+        "facts": facts_to_json(facts),
+    }

@@ -1,0 +1,92 @@
+"""Rendering for people: findings, verdicts and the machine summary, with rich (NO_COLOR respected)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+    from jitguard.findings.model import Finding
+
+_MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
+
+
+def console(stream: Any = None) -> Console:
+    """A console that honours NO_COLOR and only uses colour on a terminal."""
+    stream = stream or sys.stdout
+    no_color = bool(os.environ.get("NO_COLOR"))
+    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True)
+
+
+def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = "  ") -> None:
+    for f in findings:
+        mark, style = _MARK[f.severity]
+        out.print(f"{indent}[{style}]{mark} {f.severity:<7}[/] [bold]{escape(f.code)}[/]  {escape(f.title)}")
+        out.print(f"{indent}    {escape(f.cause)}")
+        for line in f.evidence:
+            out.print(f"{indent}    [dim]evidence:[/] {escape(line)}")
+        for i, fix in enumerate(f.fixes, 1):
+            text = escape(fix.text)
+            cmd = f"\n{indent}         [bold green]{escape(fix.command)}[/]" if fix.command else ""
+            out.print(f"{indent}    [dim]fix {i}:[/] {text}{cmd}")
+
+
+def render_doctor(
+    facts: Facts, results: Mapping[str, list[Finding]], decision: Mapping[str, Any] | None, stream: Any = None
+) -> None:
+    from jitguard.cli.machine import machine_rows
+
+    out = console(stream)
+    out.print("[bold]jitguard doctor[/]")
+    out.print()
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in machine_rows(facts):
+        table.add_row(key, escape(value))
+    out.print(table)
+    for backend, findings in results.items():
+        out.print()
+        verdict = "[bold red]blocked[/]" if any(f.blocking for f in findings) else "[bold green]usable[/]"
+        out.print(f"[bold]{backend}[/]  {verdict}")
+        if findings:
+            render_findings(out, findings)
+        else:
+            out.print("  no findings")
+    out.print()
+    out.print("[bold]Verdict[/]")
+    for backend, findings in results.items():
+        codes = [f.code for f in findings if f.blocking]
+        if codes:
+            out.print(f"  {backend:<11}[red]blocked[/] by {', '.join(codes)}")
+        else:
+            warn = [f.code for f in findings if f.severity == "warning"]
+            extra = f" (warnings: {', '.join(warn)})" if warn else ""
+            out.print(f"  {backend:<11}[green]usable[/]{extra}")
+    if decision:
+        out.print(f"  GDN prefill with backend='auto' uses: [bold]{decision.get('backend')}[/]")
+    todo = _next_steps(results)
+    if todo:
+        out.print()
+        out.print("[bold]What to do[/]")
+        for i, line in enumerate(todo, 1):
+            out.print(f"  {i}. {escape(line)}")
+
+
+def _next_steps(results: Mapping[str, list[Finding]]) -> list[str]:
+    """The first fix of each distinct blocking finding, in backend preference order."""
+    steps: list[str] = []
+    seen: set[str] = set()
+    for backend, findings in results.items():
+        for f in findings:
+            if f.blocking and f.code not in seen and f.fixes:
+                seen.add(f.code)
+                steps.append(f"[{backend}] {f.code}: {f.fixes[0].render()}")
+    return steps

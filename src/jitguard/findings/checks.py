@@ -1,0 +1,44 @@
+"""Pre-flight: the findings for one backend, from the facts alone (no build, no import of heavy packages).
+
+Each area module (toolchain, system, packages) holds the checks for its facts; this module joins them, so the
+doctor, the GDN resolver, the build hook and the vLLM plugin all ask the same question the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jitguard.findings import checks_packages, checks_system, checks_toolchain
+from jitguard.findings.model import Finding, sort_findings
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+
+BACKENDS = ("flashinfer", "triton", "torch")
+
+
+def preflight(facts: Facts, backend: str) -> list[Finding]:
+    """Every finding about ``backend`` (one of BACKENDS), most severe first."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    found: list[Finding] = []
+    # Packages first: when the package is missing, toolchain findings about it are noise.
+    found += checks_packages.check(facts, backend)
+    found += checks_system.check(facts, backend)
+    found += checks_toolchain.check(facts, backend)
+    return sort_findings(_dedupe(found))
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.blocking]
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for f in findings:
+        key = (f.code, f.backend)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique

@@ -1,0 +1,132 @@
+"""Turn a real build or load log (and its exit status) into findings from the one catalog.
+
+Like pipx's pip-output analyser: ranked patterns pick the few lines that explain a long log. Each rule names the
+finding code, the pattern, and how to pull parameters (missing versions, library names) from the match. The first
+lines that match become the finding's evidence; the rest of the log stays in the file the caller names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from jitguard.findings.catalog import make
+from jitguard.findings.model import Finding
+
+SIGKILL_CODES = frozenset({137, -9})
+MAX_EVIDENCE_LINES = 6
+
+
+@dataclass(frozen=True)
+class _Rule:
+    code: str
+    pattern: re.Pattern[str]
+    params: Callable[[list[re.Match[str]]], dict[str, Any]] = lambda _matches: {}
+
+
+def _glibcxx_params(matches: list[re.Match[str]]) -> dict[str, Any]:
+    missing = sorted({m.group("version") for m in matches}, key=_version_key)
+    required_by = sorted({m.group("by") for m in matches if m.group("by")})
+    return {
+        "missing": ", ".join(missing),
+        "missing_versions": missing,
+        "library": required_by[0] if required_by else "the built module",
+        "so_path": required_by[0] if required_by else "the built module",
+    }
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule("disk-full", re.compile(r"No space left on device|Disk quota exceeded", re.I)),
+    _Rule(
+        "build-oom-killed",
+        re.compile(
+            r"died due to signal 9|\bKilled\b|signal 9 \(Kill signal\)|out of memory|std::bad_alloc"
+            r"|virtual memory exhausted|Cannot allocate memory|memory allocation fail|LLVM ERROR: out of memory",
+            re.I,
+        ),
+    ),
+    _Rule(
+        "so-glibcxx-missing",
+        re.compile(
+            r"version [`'‘](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['’] not found(?: \(required by (?P<by>[^)]+)\))?"
+        ),
+        _glibcxx_params,
+    ),
+    _Rule("link-missing-libcuda", re.compile(r"cannot find -lcuda\b(?!rt)|undefined reference to `cu[A-Z]\w*'")),
+    _Rule("link-missing-libcudart", re.compile(r"cannot find -lcudart\b")),
+    _Rule(
+        "cuda-headers-missing",
+        re.compile(r"fatal error: (?P<header>(?:cuda|cuda_runtime|cuda_fp16|cuda_bf16|cub/\S+|cuda/\S+)[\w/]*\.h\w*):"
+                   r" No such file or directory"),
+        lambda ms: {"header": ms[0].group("header")},
+    ),
+    _Rule("nvcc-too-old", re.compile(r"tensormap_replace|tensormap\.replace|Unknown modifier '\.tile'|"
+                                     r"Feature '.*' requires .* sm_90a", re.I)),
+    _Rule("nvcc-missing", re.compile(r"nvcc: (?:command )?not found|No such file or directory: '[^']*nvcc'")),
+    _Rule("ninja-missing", re.compile(r"ninja: (?:command )?not found|No such file or directory: 'ninja'")),
+)
+
+_ERROR_LINE = re.compile(r"\berror\b|FAILED:|fatal|undefined reference|not found", re.I)
+
+
+def classify(log_text: str, returncode: int | None, *, backend: str = "flashinfer", **params: Any) -> list[Finding]:
+    """Findings that explain ``log_text``; ``returncode`` is the process exit status (negative = signal).
+
+    Returns ``[]`` when the log shows success (returncode 0 and no known failure line). Any non-zero status that no
+    rule explains becomes ``build-failed`` with the most relevant error lines as evidence. Extra ``params``
+    (e.g. ``log_path``) fill the catalog templates.
+    """
+    lines = log_text.splitlines()
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for rule in _RULES:
+        matches = [m for line in lines if (m := rule.pattern.search(line))]
+        if not matches:
+            continue
+        evidence = _unique(m.string.strip() for m in matches)[:MAX_EVIDENCE_LINES]
+        if rule.code.startswith("link-"):
+            evidence = _link_command(lines)[:1] + evidence
+        findings.append(make(rule.code, backend=backend, evidence=evidence, **{**rule.params(matches), **params}))
+        seen.add(rule.code)
+    if returncode in SIGKILL_CODES and "build-oom-killed" not in seen:
+        findings.append(
+            make(
+                "build-oom-killed",
+                backend=backend,
+                evidence=[f"exit status {returncode} (SIGKILL: the kernel's OOM killer or a container limit)"],
+                **params,
+            )
+        )
+    if findings or returncode in (0, None):
+        return findings
+    return [make("build-failed", backend=backend, evidence=relevant_lines(lines), returncode=returncode, **params)]
+
+
+def relevant_lines(lines: list[str], limit: int = MAX_EVIDENCE_LINES) -> list[str]:
+    """The lines a person needs from a failed log: error lines first, else the tail."""
+    errors = _unique(line.strip() for line in lines if _ERROR_LINE.search(line))
+    if errors:
+        return errors[:limit]
+    return [line for line in lines if line.strip()][-limit:]
+
+
+def _link_command(lines: list[str]) -> list[str]:
+    """The linker command line that failed (ninja -v prints it), as the first line of evidence."""
+    for line in reversed(lines):
+        if " -shared" in line and ("-lcuda" in line or "-lcudart" in line):
+            return [line.strip()]
+    return []
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        if item:
+            seen.setdefault(item, None)
+    return list(seen)
