@@ -1,0 +1,43 @@
+"""classify() on log lines that cannot be produced on this machine (other toolchains, GPUs, kernels)."""
+
+from __future__ import annotations
+
+from jitguard.findings.classify import classify
+
+GLIBCXX_LOAD_ERROR = (
+    "OSError: /root/.cache/flashinfer/0.6.6/90a/cached_ops/gdn_prefill_sm90/gdn_prefill_sm90.so: "
+    "/opt/conda/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found "
+    "(required by /root/.cache/flashinfer/0.6.6/90a/cached_ops/gdn_prefill_sm90/gdn_prefill_sm90.so)"
+)
+
+
+def test_glibcxx_load_error_names_the_missing_version_and_library() -> None:
+    findings = classify(GLIBCXX_LOAD_ERROR, 1)
+    assert [f.code for f in findings] == ["so-glibcxx-missing"]
+    assert "GLIBCXX_3.4.32" in findings[0].evidence[0]
+
+
+def test_cicc_killed_by_signal_9_is_oom() -> None:
+    log = "nvcc error   : 'cicc' died due to signal 9 (Kill signal)\nninja: build stopped: subcommand failed.\n"
+    assert [f.code for f in classify(log, 1)] == ["build-oom-killed"]
+
+
+def test_old_nvcc_tensormap_replace_error_is_nvcc_too_old() -> None:
+    log = 'gdn_prefill_kernel_bf16_g1b1a1i0.cu(12): error: identifier "tensormap_replace_global_address" is undefined\n'
+    assert "nvcc-too-old" in [f.code for f in classify(log, 1)]
+
+
+def test_zero_exit_with_clean_log_is_no_finding() -> None:
+    assert classify("[1/2] c++ -c a.cc\n[2/2] c++ -shared a.o\n", 0) == []
+
+
+def test_unexplained_failure_keeps_the_tail_when_no_error_line() -> None:
+    findings = classify("step one\nstep two\nstep three\n", 2)
+    assert findings[0].code == "build-failed"
+    assert findings[0].evidence[-1] == "step three"
+
+
+def test_log_path_parameter_reaches_the_finding_text() -> None:
+    findings = classify("something broke: error 42\n", 1, log_path="/var/log/jitguard/x.log")
+    rendered = " ".join([findings[0].cause, *[f.render() for f in findings[0].fixes]])
+    assert "/var/log/jitguard/x.log" in rendered
