@@ -1,0 +1,252 @@
+"""The failure cache: the outcome of the last build of a module in one environment, per (module, fingerprint).
+
+A build that failed for a reason of the environment (no libcuda, a compiler too old, an OOM at one job)
+fails the same way next time; remembering it lets the next start skip the doomed build and fall back at
+once. The key holds the environment fingerprint, so changing anything that matters (a package, the
+toolchain, FLASHINFER_* variables) makes a different key: the old failure no longer applies. Entries also
+expire after a TTL (JITGUARD_FAILURE_TTL, default 7 days), because some causes (memory pressure, disk)
+come and go without changing the fingerprint.
+
+One JSON file per key under ``<cache_dir>/outcomes/``, written atomically; concurrent writers each replace the
+whole file. A file that is missing, corrupt, from another schema or for another key is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jitguard import __version__
+from jitguard.config import default_cache_dir, parse_duration
+from jitguard.errors import ConfigError
+from jitguard.findings.model import Finding
+from jitguard.state.atomic_file import read_json, write_json
+
+SCHEMA = "jitguard.failure-cache/1"
+DEFAULT_TTL_S = 7 * 24 * 3600.0
+TTL_ENV = "JITGUARD_FAILURE_TTL"
+# A record dated further in the future than this is treated as corrupt (a clock jump would otherwise pin it).
+_MAX_CLOCK_SKEW_S = 24 * 3600.0
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+Outcome = Literal["failure", "success"]
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One cached outcome. ``get`` only returns records with ``outcome == 'failure'``."""
+
+    module: str
+    fingerprint: str
+    outcome: Outcome
+    findings: tuple[Finding, ...]
+    log_path: str | None
+    created: float
+    jitguard_version: str
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failure"
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(f.code for f in self.findings)
+
+    def age(self, now: float | None = None) -> float:
+        return max(0.0, (time.time() if now is None else now) - self.created)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "module": self.module,
+            "fingerprint": self.fingerprint,
+            "outcome": self.outcome,
+            "findings": [f.to_json() for f in self.findings],
+            "log_path": self.log_path,
+            "created": self.created,
+            "jitguard": self.jitguard_version,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FailureRecord:
+        """Raises KeyError, TypeError or ValueError on anything malformed."""
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}")
+        outcome = data["outcome"]
+        if outcome not in ("failure", "success"):
+            raise ValueError(f"outcome {outcome!r}")
+        log_path = data.get("log_path")
+        created = data["created"]
+        if not isinstance(created, (int, float)):
+            raise TypeError("created")
+        return cls(
+            module=_text(data["module"]),
+            fingerprint=_text(data["fingerprint"]),
+            outcome=outcome,
+            findings=tuple(Finding.from_json(f) for f in data.get("findings", ())),
+            log_path=None if log_path is None else _text(log_path),
+            created=float(created),
+            jitguard_version=_text(data.get("jitguard", "")),
+        )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def ttl_from_env(env: Mapping[str, str] | None = None) -> float:
+    """JITGUARD_FAILURE_TTL ('7d' is not accepted; use hours: '168h', or seconds) or the default (7 days)."""
+    env = os.environ if env is None else env
+    raw = env.get(TTL_ENV)
+    if not raw:
+        return DEFAULT_TTL_S
+    ttl = parse_duration(raw, name=TTL_ENV)
+    if ttl <= 0:
+        raise ConfigError(TTL_ENV, raw, "a positive duration such as 168h")
+    return ttl
+
+
+class FailureCache:
+    """Outcomes per (module, fingerprint) under ``cache_dir/outcomes``."""
+
+    def __init__(self, cache_dir: Path, *, ttl: float = DEFAULT_TTL_S) -> None:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.cache_dir = Path(cache_dir)
+        self.root = self.cache_dir / "outcomes"
+        self.ttl = ttl
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> FailureCache:
+        """The cache in JITGUARD_CACHE_DIR (or the user cache dir) with JITGUARD_FAILURE_TTL."""
+        return cls(default_cache_dir(env), ttl=ttl_from_env(env))
+
+    def path_for(self, module: str, fingerprint: str) -> Path:
+        return self.root / f"{_safe(module)}@{_digest(fingerprint)}.json"
+
+    def lookup(self, module: str, fingerprint: str, *, now: float | None = None) -> FailureRecord | None:
+        """The live record for this key, success or failure; None when missing, expired or unreadable."""
+        record = self._read(self.path_for(module, fingerprint))
+        if record is None or record.module != module or record.fingerprint != fingerprint:
+            return None
+        return None if self._expired(record, now) else record
+
+    def get(self, module: str, fingerprint: str, *, now: float | None = None) -> FailureRecord | None:
+        """The cached failure for this key, or None (no record, a success, expired, or unreadable)."""
+        record = self.lookup(module, fingerprint, now=now)
+        return record if record is not None and record.failed else None
+
+    def record_failure(
+        self,
+        module: str,
+        fingerprint: str,
+        findings: Sequence[Finding],
+        log_path: str | Path | None = None,
+    ) -> FailureRecord:
+        return self._write(module, fingerprint, "failure", tuple(findings), log_path)
+
+    def record_success(self, module: str, fingerprint: str) -> FailureRecord:
+        return self._write(module, fingerprint, "success", (), None)
+
+    def forget(self, module: str) -> int:
+        """Remove every record of ``module`` (all fingerprints). Returns how many files went."""
+        prefix = f"{_safe(module)}@"
+        # By name too, so an unreadable file of the module goes as well.
+        return self._remove(
+            lambda record, path: (
+                path.name.startswith(prefix) or (record is not None and record.module == module)
+            )
+        )
+
+    def entries(self, *, include_expired: bool = False, now: float | None = None) -> list[FailureRecord]:
+        """Every readable record, newest first. Unreadable files are skipped (``clear`` removes them)."""
+        found = []
+        for path in self._files():
+            record = self._read(path)
+            if record is not None and (include_expired or not self._expired(record, now)):
+                found.append(record)
+        return sorted(found, key=lambda r: r.created, reverse=True)
+
+    def clear(self) -> int:
+        """Remove every file of the cache, readable or not. Returns how many went."""
+        return self._remove(lambda _record, _path: True)
+
+    def prune(self, *, now: float | None = None) -> int:
+        """Remove expired and unreadable files."""
+        return self._remove(lambda record, _path: record is None or self._expired(record, now))
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _write(
+        self,
+        module: str,
+        fingerprint: str,
+        outcome: Outcome,
+        findings: tuple[Finding, ...],
+        log_path: str | Path | None,
+    ) -> FailureRecord:
+        if not module or not fingerprint:
+            raise ValueError("module and fingerprint must be non-empty")
+        record = FailureRecord(
+            module=module,
+            fingerprint=fingerprint,
+            outcome=outcome,
+            findings=findings,
+            log_path=None if log_path is None else str(log_path),
+            created=time.time(),
+            jitguard_version=__version__,
+        )
+        write_json(self.path_for(module, fingerprint), record.to_json())
+        return record
+
+    def _read(self, path: Path) -> FailureRecord | None:
+        data = read_json(path)
+        if data is None:
+            return None
+        try:
+            record = FailureRecord.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        if record.created > time.time() + _MAX_CLOCK_SKEW_S:
+            return None
+        return record
+
+    def _expired(self, record: FailureRecord, now: float | None) -> bool:
+        return record.age(now) > self.ttl
+
+    def _files(self) -> list[Path]:
+        try:
+            names = self.root.iterdir()
+            return sorted(p for p in names if p.suffix == ".json" and not p.name.startswith("."))
+        except OSError:
+            return []
+
+    def _remove(self, select: Callable[[FailureRecord | None, Path], bool]) -> int:
+        removed = 0
+        for path in self._files():
+            if select(self._read(path), path):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed += 1
+        return removed
+
+
+def _safe(module: str) -> str:
+    """A file-name-safe module name; a hash suffix keeps distinct names distinct after substitution."""
+    cleaned = _UNSAFE.sub("_", module)[:80]
+    if cleaned != module:
+        cleaned += "-" + hashlib.sha256(module.encode()).hexdigest()[:8]
+    return cleaned
+
+
+def _digest(fingerprint: str) -> str:
+    return hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
