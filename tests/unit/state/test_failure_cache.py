@@ -1,4 +1,4 @@
-"""The failure cache: outcome per (module, fingerprint), atomic, corruption-tolerant, TTL, safe under concurrency."""
+"""The failure cache: outcome per (module, fingerprint), atomic, corruption-tolerant, TTL, concurrent-safe."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ _READER = textwrap.dedent(
 
 
 def test_concurrent_writers_never_expose_a_torn_record(tmp_path: Path) -> None:
-    """Real processes: writers replace the same key while a reader looks it up; every read is a whole record."""
+    """Real processes: writers replace one key while a reader looks it up; every read is a whole record."""
     cache = FailureCache(tmp_path)
     reader = subprocess.Popen(
         [sys.executable, "-c", _READER, str(tmp_path), str(cache.path_for("shared", "fp"))],

@@ -1,0 +1,380 @@
+"""The build lock of one module, with visible waits: one build for many ranks, and everyone knows who builds.
+
+FlashInfer guards build+load with a ``filelock.FileLock`` that waits forever and says nothing, so seven
+tensor-parallel ranks sit silent while the eighth compiles (or has died). This lock takes the *same* kernel
+``flock`` on the same file (so it also excludes processes running stock FlashInfer), and adds:
+
+- a JSON sidecar next to the lock file naming the holder: pid, host, start time, progress and log path;
+- while waiting, a log line (logger ``jitguard``) every few seconds saying who holds it, for how long and
+  how far the build got (the holder's own progress, or the last ``[k/n]`` of its build log);
+- a timeout (JITGUARD_LOCK_TIMEOUT) ending in ``LockTimeout``, a BuildFailed carrying ``lock-timeout``;
+- takeover: the kernel drops an flock when its holder dies (even by SIGKILL), so a waiter simply gets it; the
+  sidecar left behind tells the new holder it is taking over, and from whom.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import re
+import socket
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from jitguard.errors import BuildFailed
+from jitguard.findings.model import Finding
+from jitguard.state.atomic_file import read_json, write_json
+
+LOGGER_NAME = "jitguard"
+SIDECAR_SUFFIX = ".jitguard.json"
+DEFAULT_REPORT_INTERVAL_S = 5.0
+DEFAULT_POLL_INTERVAL_S = 0.2
+_CONTENTION = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
+_PROGRESS = re.compile(rb"\[(\d+)/(\d+)\]")
+_LOG_TAIL_BYTES = 64 * 1024
+
+log = logging.getLogger(f"{LOGGER_NAME}.lock")
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """What the sidecar says about the process holding (or last holding) a module's lock."""
+
+    module: str
+    pid: int
+    host: str
+    started: float
+    progress: tuple[int, int] | None = None
+    log_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "pid": self.pid,
+            "host": self.host,
+            "started": self.started,
+            "progress": list(self.progress) if self.progress else None,
+            "log_path": self.log_path,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HolderInfo | None:
+        try:
+            progress = data.get("progress")
+            log_path = data.get("log_path")
+            return cls(
+                module=str(data["module"]),
+                pid=int(data["pid"]),
+                host=str(data["host"]),
+                started=float(data["started"]),
+                progress=(int(progress[0]), int(progress[1])) if progress else None,
+                log_path=str(log_path) if log_path else None,
+            )
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+
+    def is_alive(self) -> bool | None:
+        """True/False for a holder on this host; None when it is on another host (cannot tell)."""
+        if self.host != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def current_progress(self) -> tuple[int, int] | None:
+        """The holder's reported progress, else the last ninja ``[k/n]`` in its build log."""
+        if self.progress:
+            return self.progress
+        return progress_from_log(Path(self.log_path)) if self.log_path else None
+
+    def describe(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        text = f"pid {self.pid} on {self.host} for {_duration(now - self.started)}"
+        progress = self.current_progress()
+        if progress:
+            done, total = progress
+            text += f", progress {done}/{total}"
+        if self.log_path:
+            text += f", log {self.log_path}"
+        return text
+
+
+def progress_from_log(path: Path) -> tuple[int, int] | None:
+    """The last ninja-style ``[k/n]`` in the tail of a build log, or None."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _LOG_TAIL_BYTES))
+            tail = fh.read()
+    except OSError:
+        return None
+    matches = _PROGRESS.findall(tail)
+    if not matches:
+        return None
+    done, total = matches[-1]
+    return int(done), int(total)
+
+
+class LockTimeout(BuildFailed):
+    """Waited JITGUARD_LOCK_TIMEOUT for another process's build of the module; carries ``lock-timeout``."""
+
+    def __init__(self, module: str, waited: float, holder: HolderInfo | None, lock_path: Path) -> None:
+        self.waited = waited
+        self.holder = holder
+        who = holder.describe() if holder else "a process that did not say who it is (stock FlashInfer?)"
+        finding = _lock_timeout_finding(module, waited, who, lock_path)
+        super().__init__(
+            module,
+            [finding],
+            holder.log_path if holder else None,
+            detail=f"gave up after waiting {_duration(waited)} for the build lock held by {who}",
+        )
+
+
+def _lock_timeout_finding(module: str, waited: float, who: str, lock_path: Path) -> Finding:
+    evidence = [f"lock {lock_path} held by {who}", f"waited {_duration(waited)}"]
+    try:
+        from jitguard.findings.catalog import make
+
+        return make(
+            "lock-timeout",
+            backend="flashinfer",
+            evidence=evidence,
+            module=module,
+            waited=_duration(waited),
+            timeout=_duration(waited),
+            holder=who,
+            lock_path=str(lock_path),
+        )
+    except KeyError:
+        # The catalog entry is owned by the build area; until it lands, say the same thing directly.
+        from jitguard.findings.model import Fix
+
+        return Finding(
+            code="lock-timeout",
+            severity="error",
+            title=f"Timed out waiting for another process to build {module}",
+            cause=f"Another process held the build lock of {module} longer than JITGUARD_LOCK_TIMEOUT.",
+            evidence=tuple(evidence),
+            fixes=(
+                Fix(
+                    "Wait for the other build to finish, or raise the timeout",
+                    "export JITGUARD_LOCK_TIMEOUT=2h",
+                ),
+                Fix("If the holder is stuck, end it; the lock is released when it exits."),
+            ),
+            backend="flashinfer",
+        )
+
+
+class ModuleLock:
+    """An exclusive, kernel-released (flock) lock on ``lock_path`` for building ``module``.
+
+    Use as a context manager. Waiting is visible (a log line every ``report_interval`` seconds) and bounded by
+    ``timeout`` seconds, after which ``LockTimeout`` is raised. ``took_over_from`` is set when the previous
+    holder died holding it.
+    """
+
+    def __init__(
+        self,
+        lock_path: Path,
+        module: str,
+        *,
+        timeout: float,
+        log_path: Path | str | None = None,
+        report_interval: float = DEFAULT_REPORT_INTERVAL_S,
+        poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> None:
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        self.lock_path = Path(lock_path)
+        self.sidecar_path = self.lock_path.with_name(self.lock_path.name + SIDECAR_SUFFIX)
+        self.module = module
+        self.timeout = timeout
+        self.report_interval = report_interval
+        self.poll_interval = poll_interval
+        self._log_path = str(log_path) if log_path else None
+        self._fd: int | None = None
+        self._info: HolderInfo | None = None
+        self.waited: float = 0.0
+        self.took_over_from: HolderInfo | None = None
+
+    # -- holder side ------------------------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            raise RuntimeError(f"the build lock of {self.module} is already held by this object")
+        ensure_visible_logging()
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        next_report = start
+        while True:
+            fd = self._try_lock()
+            if fd is not None:
+                break
+            now = time.monotonic()
+            waited = now - start
+            if waited >= self.timeout:
+                self.waited = waited
+                raise LockTimeout(self.module, waited, self.holder(), self.lock_path)
+            if now >= next_report:
+                self._report_wait(waited)
+                next_report = now + self.report_interval
+            time.sleep(min(self.poll_interval, max(0.0, self.timeout - waited)))
+        self._fd = fd
+        self.waited = time.monotonic() - start
+        self._take_sidecar()
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        # Remove the sidecar first: whoever gets the lock next must not mistake us for a dead holder.
+        with contextlib.suppress(OSError):
+            if self._sidecar_is_ours():
+                self.sidecar_path.unlink()
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def update_progress(self, done: int, total: int) -> None:
+        """Tell waiters how far the build got (they also read ``[k/n]`` from the log by themselves)."""
+        if self._info is not None:
+            self._info = replace(self._info, progress=(done, total))
+            self._write_sidecar()
+
+    def set_log_path(self, log_path: Path | str) -> None:
+        self._log_path = str(log_path)
+        if self._info is not None:
+            self._info = replace(self._info, log_path=self._log_path)
+            self._write_sidecar()
+
+    def __enter__(self) -> ModuleLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    # -- waiter side ------------------------------------------------------------------------------------
+
+    def holder(self) -> HolderInfo | None:
+        """The current holder as its sidecar tells, or None when unknown (no sidecar, or a dead pid)."""
+        data = read_json(self.sidecar_path)
+        info = HolderInfo.from_json(data) if data else None
+        if info is None or info.is_alive() is False:
+            return None
+        return info
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _try_lock(self) -> int | None:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in _CONTENTION:
+                return None
+            raise
+        # The file may have been deleted and re-created (a cache wipe) while we opened it: a lock on an
+        # unlinked inode excludes nobody, so only keep it when the path still names our inode.
+        try:
+            same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return None
+        return fd
+
+    def _take_sidecar(self) -> None:
+        data = read_json(self.sidecar_path)
+        previous = HolderInfo.from_json(data) if data else None
+        me = (os.getpid(), socket.gethostname())
+        if previous is not None and (previous.pid, previous.host) != me:
+            # A holder releases by removing its sidecar first; one still here died holding the lock.
+            self.took_over_from = previous
+            log.warning(
+                "jitguard: taking over the build of %s: the previous holder (%s) exited without finishing",
+                self.module,
+                previous.describe(),
+            )
+        self._info = HolderInfo(
+            module=self.module,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started=time.time(),
+            log_path=self._log_path,
+        )
+        self._write_sidecar()
+
+    def _write_sidecar(self) -> None:
+        if self._info is None:
+            return
+        try:
+            write_json(self.sidecar_path, self._info.to_json())
+        except OSError as exc:
+            # Waiters then only see "unknown holder"; the lock itself still works.
+            log.debug("cannot write %s: %s", self.sidecar_path, exc)
+
+    def _sidecar_is_ours(self) -> bool:
+        data = read_json(self.sidecar_path)
+        info = HolderInfo.from_json(data) if data else None
+        return info is not None and (info.pid, info.host) == (os.getpid(), socket.gethostname())
+
+    def _report_wait(self, waited: float) -> None:
+        holder = self.holder()
+        who = (
+            holder.describe()
+            if holder
+            else "a process that has not said who it is (stock FlashInfer, or starting)"
+        )
+        log.warning(
+            "jitguard: waiting for the build of %s: lock held by %s; waited %s, giving up in %s "
+            "(JITGUARD_LOCK_TIMEOUT)",
+            self.module,
+            who,
+            _duration(waited),
+            _duration(max(0.0, self.timeout - waited)),
+        )
+
+
+def ensure_visible_logging() -> None:
+    """Waits must be seen: when neither ``jitguard`` nor the root logger has a handler (the default in an
+    engine that configures only its own logger), send jitguard's log lines to stderr."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
