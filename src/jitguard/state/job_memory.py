@@ -1,11 +1,12 @@
 """Learned memory per compile job, per module: what one concurrent compile job of a module really needed.
 
 The budget divides the memory it may use by a per-job estimate to pick the parallelism. A fixed default
-(5.7 GiB, measured for the GDN SM90 module) is wrong for small modules and may be wrong for future ones, so the
-build records what it observed and the next plan uses that. The estimate is the largest of the last few
+(5.7 GiB, measured for the GDN SM90 module) is wrong for small modules and may be wrong for future ones, so
+the build records what it observed and the next plan uses that. The estimate is the largest of the last few
 observations: over-estimating costs some parallelism, under-estimating costs an OOM kill and a retry.
 
-One JSON file per module under ``<cache_dir>/job_memory/``; atomic writes, a corrupt file is "nothing learned".
+One JSON file per module under ``<cache_dir>/job_memory/``; atomic writes; a corrupt file means "nothing
+learned yet".
 """
 
 from __future__ import annotations
