@@ -1,0 +1,486 @@
+"""Can FlashInfer's JIT link step find libcuda and libcudart here? Answered by a real trial link, not by
+guessing.
+
+FlashInfer 0.6.x links every JIT module with ``$CXX <objects> -shared -L$cuda_home/lib64
+-L$cuda_home/lib64/stubs
+-lcudart -lcuda $FLASHINFER_EXTRA_LDFLAGS`` (``jit/cpp_ext.py``), so pip-style CUDA (``lib/``, no stubs) or a
+driverless build host fails with ``cannot find -lcuda`` only after every kernel compiled. This probe runs
+that link
+line on a one-line object in a temp dir, once per library so each gets its own verdict, with the caller's
+LIBRARY_PATH, and keeps the exact command and the linker's output as evidence. Results are cached per
+fingerprint
+of everything the linker's answer depends on. It also searches where a fix exists: a driver
+``libcuda.so(.1)``,
+the toolkit's link stubs, pip and conda copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import re
+import shlex
+import site
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from jitguard.facts import ldcache
+from jitguard.facts.toolchain import ToolchainFacts
+
+LIBRARIES = ("cudart", "cuda")
+TRIAL_TIMEOUT_S = 30.0
+_CACHE_SCHEMA = 1
+_OUTPUT_LIMIT = 4000
+_PROBE_SOURCE = 'extern "C" int jitguard_link_probe(void) { return 0; }\n'
+# The directories GNU ld searches by default on Linux, plus common ones: a library appearing there changes
+# the answer, so their state is part of the cache key.
+_DEFAULT_LINK_DIRS = (
+    f"/lib/{ldcache.multiarch_dir()}",
+    f"/usr/lib/{ldcache.multiarch_dir()}",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+)
+_DRIVER_DIRS = (
+    f"/usr/lib/{ldcache.multiarch_dir()}",
+    f"/lib/{ldcache.multiarch_dir()}",
+    "/usr/lib64",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+    "/usr/lib/wsl/lib",
+)
+# Order in which a found directory is proposed as the fix: the toolkit's own files first (they match the nvcc
+# that compiled the objects), then other installs; a driver library only after every stub.
+_ORIGIN_RANK = {
+    "toolkit": 0,
+    "cuda_home": 1,
+    "cuda install": 2,
+    "conda": 3,
+    "pip": 4,
+    "driver dir": 5,
+    "ldconfig": 6,
+}
+
+
+@dataclass(frozen=True)
+class LinkTrial:
+    """One trial link. ``status``: ``ok``; ``missing`` (the linker cannot find the library); ``failed`` (the
+    link failed for another reason, see ``output``); ``not-run`` (no compiler, no CUDA home: see
+    ``output``)."""
+
+    library: str
+    status: str
+    command: tuple[str, ...]
+    returncode: int | None
+    output: str
+    library_path: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def command_line(self) -> str:
+        prefix = f"LIBRARY_PATH={shlex.quote(self.library_path)} " if self.library_path else ""
+        return prefix + shlex.join(self.command)
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """The command as run and the linker lines that explain the verdict."""
+        lines = [line.strip() for line in self.output.splitlines() if line.strip()]
+        relevant = [
+            line for line in lines if f"-l{self.library}" in line or "error" in line.lower()
+        ] or lines[-3:]
+        return (f"$ {self.command_line}", *relevant[:4], f"exit status {self.returncode}")
+
+
+@dataclass(frozen=True)
+class LibCandidate:
+    """A directory holding ``lib<library>.so*``. ``linkable``: it has the unversioned ``lib<library>.so`` that
+    ``-l<library>`` needs (a directory with only ``libcuda.so.1`` needs a ``libcuda.so`` symlink first)."""
+
+    library: str
+    path: str
+    directory: str
+    kind: str  # "driver", "stub" or "runtime"
+    origin: str  # "toolkit", "cuda_home", "cuda install", "conda", "pip", "driver dir", "ldconfig"
+    linkable: bool
+
+
+@dataclass(frozen=True)
+class LinkFacts:
+    cxx: tuple[str, ...]
+    cuda_home: str | None
+    # FlashInfer's full link flags, extra flags included, in its order.
+    ldflags: tuple[str, ...]
+    extra_ldflags: tuple[str, ...]
+    extra_ldflags_warning: str | None
+    library_path: str | None
+    cudart: LinkTrial
+    cuda: LinkTrial
+    candidates: tuple[LibCandidate, ...]
+    fingerprint: str
+    cached: bool
+    error: str | None
+    # The two verdicts as plain booleans (the environment fingerprint reads boolean fields).
+    cudart_links: bool = False
+    cuda_links: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.cudart.ok and self.cuda.ok
+
+    def trial(self, library: str) -> LinkTrial:
+        return self.cudart if library == "cudart" else self.cuda
+
+    @property
+    def link_command(self) -> str:
+        """FlashInfer's link line for a module, as its build.ninja would run it."""
+        return shlex.join([*self.cxx, "<objects>", *self.ldflags, "-o", "<module>.so"])
+
+    def fix_dirs(self, library: str) -> tuple[str, ...]:
+        """Directories that would satisfy ``-l<library>`` through ``-L<dir>``, best first."""
+        ranked = sorted(
+            (c for c in self.candidates if c.library == library and c.linkable),
+            key=lambda c: (c.kind == "driver", _ORIGIN_RANK.get(c.origin, 9)),
+        )
+        return tuple(dict.fromkeys(c.directory for c in ranked))
+
+    def versioned_only(self, library: str) -> tuple[LibCandidate, ...]:
+        """Candidates with only a versioned file (``libcuda.so.1``): linkable after a symlink."""
+        return tuple(c for c in self.candidates if c.library == library and not c.linkable)
+
+
+def probe(
+    toolchain: ToolchainFacts, env: Mapping[str, str] | None = None, *, cache_dir: Path | str | None = None
+) -> LinkFacts:
+    """Run (or recall) FlashInfer's link line once for -lcudart and once for -lcuda; search for fixes."""
+    env = dict(os.environ if env is None else env)
+    extra, warning = flashinfer_extra_ldflags(env)
+    cuda_home = toolchain.cuda_home
+    ldflags = link_flags(cuda_home or "$cuda_home", extra)
+    library_path = env.get("LIBRARY_PATH") or None
+    candidates = find_candidates(toolchain, env)
+    cxx = toolchain.cxx.command
+
+    def result(cudart: LinkTrial, cuda: LinkTrial, fp: str, cached: bool, error: str | None) -> LinkFacts:
+        return LinkFacts(
+            cxx,
+            cuda_home,
+            tuple(ldflags),
+            extra,
+            warning,
+            library_path,
+            cudart,
+            cuda,
+            candidates,
+            fp,
+            cached,
+            error,
+            cudart_links=cudart.ok,
+            cuda_links=cuda.ok,
+        )
+
+    error = None
+    if not toolchain.cxx.usable:
+        error = f"no usable host compiler: {toolchain.cxx.error}"
+    elif cuda_home is None:
+        error = (
+            "FlashInfer cannot resolve a CUDA home (no CUDA_HOME/CUDA_PATH, no nvcc on PATH, "
+            "no /usr/local/cuda)"
+        )
+    if error is not None:
+        skipped = [_not_run(lib, cxx, extra, cuda_home, library_path, error) for lib in LIBRARIES]
+        return result(skipped[0], skipped[1], "", False, error)
+
+    assert cuda_home is not None
+    key = fingerprint(toolchain, cuda_home, ldflags, library_path)
+    cache_file = Path(cache_dir) / "link" / f"{key[:40]}.json" if cache_dir is not None else None
+    recalled = _read_cache(cache_file, key) if cache_file else None
+    if recalled is not None:
+        return result(recalled["cudart"], recalled["cuda"], key, True, None)
+
+    trials, error = _trial_links(cxx, cuda_home, extra, env)
+    if error is None and cache_file is not None:
+        _write_cache(cache_file, key, trials)
+    return result(trials["cudart"], trials["cuda"], key, False, error)
+
+
+def flashinfer_extra_ldflags(env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """FLASHINFER_EXTRA_LDFLAGS split the way FlashInfer splits it (shlex, else whitespace with a warning)."""
+    value = env.get("FLASHINFER_EXTRA_LDFLAGS")
+    if not value:
+        return (), None
+    try:
+        return tuple(shlex.split(value)), None
+    except ValueError as exc:
+        return tuple(
+            value.split()
+        ), f"FLASHINFER_EXTRA_LDFLAGS is not valid shell syntax ({exc}); split on spaces"
+
+
+def link_flags(cuda_home: str, extra: Iterable[str], libraries: Iterable[str] = LIBRARIES) -> list[str]:
+    """FlashInfer's ldflags with ``$cuda_home`` expanded (``libraries`` narrows the -l list for one trial)."""
+    return [
+        "-shared",
+        f"-L{cuda_home}/lib64",
+        f"-L{cuda_home}/lib64/stubs",
+        *(f"-l{lib}" for lib in libraries),
+        *extra,
+    ]
+
+
+def fingerprint(
+    toolchain: ToolchainFacts, cuda_home: str, ldflags: list[str], library_path: str | None
+) -> str:
+    """Hash of everything the linker's answer depends on: compiler identity, flags, LIBRARY_PATH, and the
+    libcuda* contents and mtimes of every directory the linker searches."""
+    cxx_path = toolchain.cxx.path or ""
+    dirs = [*_search_dirs(ldflags), *(library_path or "").split(":"), *_DEFAULT_LINK_DIRS]
+    parts = {
+        "schema": _CACHE_SCHEMA,
+        "cxx": [
+            list(toolchain.cxx.command),
+            os.path.realpath(cxx_path),
+            _stat(cxx_path),
+            toolchain.cxx.version,
+        ],
+        "cuda_home": cuda_home,
+        "ldflags": ldflags,
+        "library_path": library_path,
+        "dirs": [[d, _stat(d), _cuda_names(d)] for d in dict.fromkeys(d for d in dirs if d)],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def find_candidates(toolchain: ToolchainFacts, env: Mapping[str, str]) -> tuple[LibCandidate, ...]:
+    """Every directory on this machine holding a libcuda or libcudart the link could use."""
+    found: list[LibCandidate] = []
+    homes: list[tuple[str, str]] = []
+    if toolchain.nvcc_toolkit_dir:
+        homes.append((toolchain.nvcc_toolkit_dir, "toolkit"))
+    if toolchain.cuda_home:
+        homes.append((toolchain.cuda_home, "cuda_home"))
+    homes += [(h.path, "cuda install") for h in toolchain.cuda_homes]
+    conda = env.get("CONDA_PREFIX")
+
+    # libcuda: link stubs in toolkits, conda and pip; the driver's own library.
+    for home, origin in homes:
+        for d in [f"{home}/lib64/stubs", f"{home}/lib/stubs", *glob.glob(f"{home}/targets/*/lib/stubs")]:
+            found += _scan(d, "cuda", "stub", origin)
+    if conda:
+        for d in [f"{conda}/lib/stubs", *glob.glob(f"{conda}/targets/*/lib/stubs")]:
+            found += _scan(d, "cuda", "stub", "conda")
+        found += _scan(f"{conda}/lib", "cuda", "driver", "conda")
+    for d in _pip_nvidia_lib_dirs():
+        found += _scan(d, "cuda", "stub" if d.endswith("stubs") else "driver", "pip")
+    for d in _DRIVER_DIRS:
+        found += _scan(d, "cuda", "driver", "driver dir")
+    cache = ldcache.entries()
+    for entry in cache:
+        if _is_lib_file(entry.name, "cuda"):
+            found += _scan(os.path.dirname(entry.path), "cuda", "driver", "ldconfig")
+
+    # libcudart: the toolkits' lib64 / lib (pip layouts have only lib/), conda, pip wheels.
+    for home, origin in homes:
+        for d in [f"{home}/lib64", f"{home}/lib", *glob.glob(f"{home}/targets/*/lib")]:
+            found += _scan(d, "cudart", "runtime", origin)
+    if conda:
+        for d in [f"{conda}/lib", *glob.glob(f"{conda}/targets/*/lib")]:
+            found += _scan(d, "cudart", "runtime", "conda")
+    for d in _pip_nvidia_lib_dirs():
+        found += _scan(d, "cudart", "runtime", "pip")
+    for entry in cache:
+        if _is_lib_file(entry.name, "cudart"):
+            found += _scan(os.path.dirname(entry.path), "cudart", "runtime", "ldconfig")
+
+    unique: dict[tuple[str, str], LibCandidate] = {}
+    for cand in found:
+        # A stub directory found through several names (lib64 -> lib symlinks) is one candidate.
+        unique.setdefault((cand.library, os.path.realpath(cand.directory)), cand)
+    return tuple(unique.values())
+
+
+def _scan(directory: str, library: str, kind: str, origin: str) -> list[LibCandidate]:
+    try:
+        names = [n for n in os.listdir(directory) if _is_lib_file(n, library)]
+    except OSError:
+        return []
+    if not names:
+        return []
+    unversioned = f"lib{library}.so"
+    linkable = unversioned in names and os.path.exists(os.path.join(directory, unversioned))
+    best = unversioned if linkable else max(names, key=lambda n: (len(n), n))
+    if "stubs" in Path(directory).parts:
+        kind = "stub"
+    return [LibCandidate(library, os.path.join(directory, best), directory, kind, origin, linkable)]
+
+
+def _is_lib_file(name: str, library: str) -> bool:
+    return re.fullmatch(rf"lib{re.escape(library)}\.so(?:\.\d+)*", name) is not None
+
+
+def _pip_nvidia_lib_dirs() -> list[str]:
+    """``site-packages/nvidia/*/lib`` (and ``lib/stubs``) of this interpreter: pip's CUDA wheels."""
+    roots: list[str] = []
+    # virtualenv's old site.py lacks getsitepackages.
+    with contextlib.suppress(AttributeError):
+        roots += site.getsitepackages()
+    roots.append(site.getusersitepackages())
+    roots += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    dirs: list[str] = []
+    for root in dict.fromkeys(roots):
+        dirs += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib")))
+        dirs += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "stubs")))
+    return dirs
+
+
+def _trial_links(
+    cxx: tuple[str, ...], cuda_home: str, extra: tuple[str, ...], env: Mapping[str, str]
+) -> tuple[dict[str, LinkTrial], str | None]:
+    run_env = {**env, "LC_ALL": "C"}
+    library_path = env.get("LIBRARY_PATH") or None
+    with tempfile.TemporaryDirectory(prefix="jitguard-link-") as tmp:
+        source, obj = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "probe.o")
+        Path(source).write_text(_PROBE_SOURCE)
+        compiled = _run([*cxx, "-fPIC", "-c", source, "-o", obj], run_env, tmp)
+        if compiled[0] != 0:
+            detail = compiled[1].strip()[-_OUTPUT_LIMIT:]
+            error = f"the host compiler cannot compile a one-line C++ file: {detail}"
+            return {
+                lib: _not_run(lib, cxx, extra, cuda_home, library_path, error) for lib in LIBRARIES
+            }, error
+
+        def trial(lib: str) -> LinkTrial:
+            out = os.path.join(tmp, f"probe_{lib}.so")
+            argv = [*cxx, obj, *link_flags(cuda_home, extra, (lib,)), "-o", out]
+            returncode, output = _run(argv, run_env, tmp)
+            return LinkTrial(
+                lib, _verdict(lib, returncode, output), tuple(argv), returncode, output, library_path
+            )
+
+        with ThreadPoolExecutor(max_workers=len(LIBRARIES)) as pool:
+            trials = dict(zip(LIBRARIES, pool.map(trial, LIBRARIES), strict=True))
+    return trials, None
+
+
+def _verdict(library: str, returncode: int | None, output: str) -> str:
+    if returncode == 0:
+        return "ok"
+    not_found = (
+        rf"cannot find -l{library}\b(?![\w.-])",  # GNU ld, gold
+        rf"unable to find library -l{library}\b(?![\w.-])",  # lld
+        rf"library not found for -l{library}\b(?![\w.-])",
+    )
+    return "missing" if any(re.search(p, output) for p in not_found) else "failed"
+
+
+def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> tuple[int | None, str]:
+    try:
+        proc = subprocess.run(
+            argv,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=TRIAL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"`{shlex.join(argv)}` did not finish within {TRIAL_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return None, f"`{shlex.join(argv)}` could not run: {exc.strerror or exc}"
+    return proc.returncode, proc.stdout[-_OUTPUT_LIMIT:]
+
+
+def _not_run(
+    library: str,
+    cxx: tuple[str, ...],
+    extra: tuple[str, ...],
+    cuda_home: str | None,
+    library_path: str | None,
+    why: str,
+) -> LinkTrial:
+    argv = (*cxx, "<object>", *link_flags(cuda_home or "$cuda_home", extra, (library,)))
+    return LinkTrial(library, "not-run", argv, None, why, library_path)
+
+
+def _search_dirs(flags: Iterable[str]) -> list[str]:
+    """The -L directories of a flag list (``-Ldir`` and ``-L dir``)."""
+    flags = list(flags)
+    dirs: list[str] = []
+    for i, flag in enumerate(flags):
+        if flag == "-L" and i + 1 < len(flags):
+            dirs.append(flags[i + 1])
+        elif flag.startswith("-L") and len(flag) > 2:
+            dirs.append(flag[2:])
+    return dirs
+
+
+def _stat(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _cuda_names(directory: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(directory) if n.startswith("libcuda"))
+    except OSError:
+        return []
+
+
+def _read_cache(path: Path, key: str) -> dict[str, LinkTrial] | None:
+    """The cached trials, or None for a missing, foreign or corrupt file (a miss, never an error)."""
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema") != _CACHE_SCHEMA or data.get("key") != key:
+            return None
+        trials = {}
+        for lib in LIBRARIES:
+            raw = data["trials"][lib]
+            trials[lib] = LinkTrial(
+                library=str(raw["library"]),
+                status=str(raw["status"]),
+                command=tuple(str(a) for a in raw["command"]),
+                returncode=None if raw["returncode"] is None else int(raw["returncode"]),
+                output=str(raw["output"]),
+                library_path=None if raw["library_path"] is None else str(raw["library_path"]),
+            )
+            if trials[lib].library != lib or trials[lib].status not in ("ok", "missing", "failed"):
+                return None
+        return trials
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _write_cache(path: Path, key: str, trials: Mapping[str, LinkTrial]) -> None:
+    """Atomic write (temp file + rename); an unwritable cache dir only costs the next probe a re-run."""
+    payload = {"schema": _CACHE_SCHEMA, "key": key, "trials": {lib: asdict(t) for lib, t in trials.items()}}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(payload, handle)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
