@@ -22,7 +22,9 @@ def console(stream: Any = None) -> Console:
     """A console that honours NO_COLOR and only uses colour on a terminal."""
     stream = stream or sys.stdout
     no_color = bool(os.environ.get("NO_COLOR"))
-    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True)
+    # Off a terminal (logs, CI) rich would wrap at 80 columns; long paths and commands read better unwrapped.
+    width = None if stream.isatty() else 160
+    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True, width=width)
 
 
 def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = "  ") -> None:
