@@ -1,18 +1,19 @@
 """Disk facts for the directories a build writes to (FlashInfer's workspace, jitguard's cache dir).
 
 Per path: the first existing ancestor (a directory that does not exist yet is created there), free space,
-whether we can write (``os.access`` plus a real temporary file, removed at once, in the directory or, when it does
-not exist yet, in the ancestor it would be created in: access(2) says yes to root on directories that still
-refuse files, such as /proc or a full quota), and whether OTHER users can
+whether we can write (``os.access`` plus a real temporary file, removed at once, in the directory or, when it
+does not exist yet, in the ancestor it would be created in: access(2) says yes to root on directories that
+still refuse files, such as /proc or a full quota), and whether OTHER users can
 write there. The last matters because FlashInfer dlopens any ``.so`` it finds in its cache: a directory others
 can write is a directory others can plant code in.
 
-An unreadable directory, a file where a directory should be, or a vanished path is a fact (``error``), never an
-exception.
+An unreadable directory, a file where a directory should be, or a vanished path is a fact (``error``),
+never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -115,7 +116,9 @@ def probe_path(path: Path) -> PathFacts:
     )
 
 
-def others_can_write(mode: int, uid: int, gid: int, *, euid: int | None = None, egid: int | None = None) -> tuple[str, ...]:
+def others_can_write(
+    mode: int, uid: int, gid: int, *, euid: int | None = None, egid: int | None = None
+) -> tuple[str, ...]:
     """Why users other than us (and root) can write a directory with this mode and ownership.
 
     The sticky bit (as on /tmp) stops others from replacing or deleting entries they do not own, so a
@@ -153,10 +156,8 @@ def _try_create(directory: Path) -> tuple[bool, str | None]:
     except OSError as exc:
         return False, _describe(exc)
     os.close(fd)
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(name)
-    except OSError:
-        pass
     return True, None
 
 

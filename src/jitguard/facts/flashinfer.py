@@ -1,10 +1,12 @@
-"""FlashInfer's state on this machine, without importing it: era, cache layout, prebuilt modules, version checks.
+"""FlashInfer's state on this machine, without importing it: era, cache layout, prebuilt modules, version
+checks.
 
 Importing flashinfer takes seconds, needs a GPU or FLASHINFER_CUDA_ARCH_LIST, creates its workspace directory
 and raises on a jit-cache version mismatch, so ``probe`` reads package metadata and the file system only and
-re-derives what FlashInfer would do (from the 0.6.x sources: ``flashinfer/jit/env.py``, ``compilation_context.py``,
-``jit/core.py``; see FACTS.md). ``probe_import`` does the real import, in a subprocess, when the original
-exception is wanted (the CuTeDSL era swallows kernel import errors); it is too slow for ``collect()``.
+re-derives what FlashInfer would do (from the 0.6.x sources: ``flashinfer/jit/env.py``,
+``compilation_context.py``, ``jit/core.py``; see FACTS.md). ``probe_import`` does the real import, in a
+subprocess, when the original exception is wanted (the CuTeDSL era swallows kernel import errors); it is
+too slow for ``collect()``.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ _NVCC_GDN = (
     ((0, 6, 8), (0, 6, 13), "gdn_prefill_sm90", 66),
 )
 
-# Compute capabilities GDN prefill runs on. nvcc era: the module is built for sm_90a only ('a' features do not
-# run on any other capability). CuTeDSL era: dispatch on the major (9 -> SM90 kernel, 10 -> SM100, 12 -> SM120);
-# anything else raises NotImplementedError("GDN prefill DSL kernel is unavailable").
-GDN_CAPABILITIES = {ERA_NVCC: "9.0 (sm_90a)", ERA_CUTEDSL: "9.0 (sm_90a), 10.x (sm_100a/103a), 12.x (sm_120a/121a)"}
+# Compute capabilities GDN prefill runs on. nvcc era: the module is built for sm_90a only ('a' features do
+# not run on any other capability). CuTeDSL era: dispatch on the major (9 -> SM90 kernel, 10 -> SM100,
+# 12 -> SM120); anything else raises NotImplementedError("GDN prefill DSL kernel is unavailable").
+GDN_CAPABILITIES = {
+    ERA_NVCC: "9.0 (sm_90a)",
+    ERA_CUTEDSL: "9.0 (sm_90a), 10.x (sm_100a/103a), 12.x (sm_120a/121a)",
+}
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,9 @@ class FlashinferFacts:
     gdn_module: str | None  # nvcc era: the JIT module name
     gdn_tu_count: int | None  # nvcc era: translation units ninja compiles for it
     package_dir: str | None
-    arch_list: tuple[str, ...]  # e.g. ("9.0a",); empty when unknown (FlashInfer would ask torch's device query)
+    arch_list: tuple[
+        str, ...
+    ]  # e.g. ("9.0a",); empty when unknown (FlashInfer would ask torch's device query)
     arch_source: str | None  # "FLASHINFER_CUDA_ARCH_LIST", "argument" or None
     arch_list_error: str | None  # FLASHINFER_CUDA_ARCH_LIST that FlashInfer's parser rejects at import
     arch_dir: str | None  # the workspace's arch component, e.g. "90a"
@@ -122,8 +129,9 @@ def arch_from_capability(major: int, minor: int) -> str:
 
 
 def probe(packages: PackageFacts, env: Mapping[str, str], *, arch: str | None = None) -> FlashinferFacts:
-    """``arch``: FlashInfer's spelling ("9.0a", space-separated for several), used when FLASHINFER_CUDA_ARCH_LIST
-    is unset (FlashInfer itself would then query the GPUs through torch; the caller knows them from GpuFacts)."""
+    """``arch``: FlashInfer's spelling ("9.0a", space-separated for several), used when
+    FLASHINFER_CUDA_ARCH_LIST is unset (FlashInfer itself would then query the GPUs through torch; the caller
+    knows them from GpuFacts)."""
     fi = packages.get("flashinfer-python")
     version = fi.version if fi else None
     era, module, tus = era_of(version)
@@ -218,7 +226,8 @@ def probe_import(module: str, *, timeout: float = 60, env: Mapping[str, str] | N
     """Import ``module`` in a fresh interpreter and report the original exception, if any.
 
     A subprocess because importing FlashInfer or a CuTeDSL kernel can take seconds, initialise CUDA, or crash
-    the interpreter; none of that may happen to the caller. Runs from / so no local directory shadows a package.
+    the interpreter; none of that may happen to the caller. Runs from / so no local directory shadows a
+    package.
     """
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", module):
         raise ValueError(f"not a module name: {module!r}")
@@ -235,7 +244,11 @@ def probe_import(module: str, *, timeout: float = 60, env: Mapping[str, str] | N
         )
     except subprocess.TimeoutExpired:
         return ImportProbe(
-            module, False, "Timeout", f"import {module} did not finish in {timeout:g} s", None,
+            module,
+            False,
+            "Timeout",
+            f"import {module} did not finish in {timeout:g} s",
+            None,
             time.perf_counter() - start,
         )
     elapsed = time.perf_counter() - start
@@ -243,14 +256,22 @@ def probe_import(module: str, *, timeout: float = 60, env: Mapping[str, str] | N
     if marker in proc.stdout:
         data = json.loads(proc.stdout.rsplit(marker, 1)[1])
         return ImportProbe(
-            module, bool(data["ok"]), data["error_type"], data["error_message"], data["traceback_tail"],
+            module,
+            bool(data["ok"]),
+            data["error_type"],
+            data["error_message"],
+            data["traceback_tail"],
             float(data["seconds"]),
         )
     # The interpreter died before reporting (segfault, abort, os._exit during import).
     tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-25:])
     return ImportProbe(
-        module, False, "Crash", f"the interpreter exited with status {proc.returncode} while importing {module}",
-        tail or None, elapsed,
+        module,
+        False,
+        "Crash",
+        f"the interpreter exited with status {proc.returncode} while importing {module}",
+        tail or None,
+        elapsed,
     )
 
 
@@ -259,7 +280,7 @@ def _release(version: str) -> tuple[int, int, int] | None:
         parts = Version(version).release
     except InvalidVersion:
         return None
-    return (parts + (0, 0, 0))[:3]  # type: ignore[return-value]
+    return (*parts, 0, 0, 0)[:3]  # type: ignore[return-value]
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -277,9 +298,13 @@ def _parse_arch_list(text: str | None) -> tuple[tuple[str, ...], str | None, str
     for item in text.split(" "):
         major, dot, minor = item.partition(".")
         if not dot or "." in minor or not major.isdigit():
-            return (), None, (
-                f"FLASHINFER_CUDA_ARCH_LIST={text!r}: {item!r} is not 'major.minor' (FlashInfer splits on single "
-                "spaces, e.g. '9.0a' or '9.0a 10.0a')"
+            return (
+                (),
+                None,
+                (
+                    f"FLASHINFER_CUDA_ARCH_LIST={text!r}: {item!r} is not 'major.minor' (FlashInfer splits "
+                    "on single spaces, e.g. '9.0a' or '9.0a 10.0a')"
+                ),
             )
         pairs.add((int(major), minor))
     ordered = sorted(pairs)
@@ -287,7 +312,8 @@ def _parse_arch_list(text: str | None) -> tuple[tuple[str, ...], str | None, str
 
 
 def _package_dir(top_level: str) -> str | None:
-    """Where a top-level package lives, without importing it (find_spec of a top-level name imports nothing)."""
+    """Where a top-level package lives, without importing it (find_spec of a top-level name imports
+    nothing)."""
     try:
         spec = importlib.util.find_spec(top_level)
     except (ImportError, ValueError):
@@ -295,7 +321,7 @@ def _package_dir(top_level: str) -> str | None:
     if spec is None:
         return None
     if spec.submodule_search_locations:
-        return str(list(spec.submodule_search_locations)[0])
+        return str(next(iter(spec.submodule_search_locations)))
     return str(Path(spec.origin).parent) if spec.origin else None
 
 

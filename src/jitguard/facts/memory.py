@@ -1,9 +1,10 @@
 """Memory and CPU limits that bind THIS process: /proc/meminfo, cgroup v2 or v1, CPU affinity and quota.
 
-Available memory is the smaller of MemAvailable and, for every cgroup from this process's up to the root of the
-mount, ``limit - working set``. The working set is ``usage - inactive_file``: inactive page cache is reclaimed
-before the cgroup OOM killer fires, so counting it as used would make a cache-heavy container look full (the
-same definition the kubelet and cAdvisor use). v1 reads ``total_inactive_file`` (hierarchical) where present.
+Available memory is the smaller of MemAvailable and, for every cgroup from this process's up to the root of
+the mount, ``limit - working set``. The working set is ``usage - inactive_file``: inactive page cache is
+reclaimed before the cgroup OOM killer fires, so counting it as used would make a cache-heavy container look
+full (the same definition the kubelet and cAdvisor use). v1 reads ``total_inactive_file`` (hierarchical)
+where present.
 
 Every path is a parameter so tests run on fixture trees. Nothing here raises for a missing or odd file: what
 could not be read becomes a note and the value stays unknown (``None``).
@@ -69,7 +70,9 @@ class MemoryFacts:
         cg = level.available if level is not None else None
         mi = self.mem_available
         known = [v for v in (mi, cg) if v is not None]
-        limited_by = None if not known else ("cgroup" if cg is not None and (mi is None or cg < mi) else "meminfo")
+        limited_by = (
+            None if not known else ("cgroup" if cg is not None and (mi is None or cg < mi) else "meminfo")
+        )
         # Quota rounded up: 1.5 CPUs of quota still lets two jobs make progress (they time-share), never 0.
         cpus = max(1, self.cpu_count)
         if self.cpu_quota is not None:
@@ -97,7 +100,8 @@ class MemoryFacts:
         level = self.binding_level
         if level is not None:
             lines.append(
-                f"cgroup {self.cgroup_version} {level.path}: limit {fmt(level.limit)}, usage {fmt(level.usage)}, "
+                f"cgroup {self.cgroup_version} {level.path}: limit {fmt(level.limit)}, "
+                f"usage {fmt(level.usage)}, "
                 f"inactive_file {fmt(level.inactive_file)}, available {fmt(level.available)}"
             )
         elif self.cgroup_version:
@@ -221,7 +225,7 @@ def _read_mount_roots(path: Path) -> dict[str, str]:
 
 
 def _locate(mount: Path, cg_path: str, mount_roots: dict[str, str], notes: list[str]) -> Path:
-    """The directory under ``mount`` for this process's cgroup ``cg_path``, falling back to the mount itself."""
+    """The directory under ``mount`` for this process's cgroup ``cg_path``, else the mount itself."""
     relative = cg_path
     mount_root = mount_roots.get(str(mount))
     if mount_root and mount_root != "/" and (relative == mount_root or relative.startswith(mount_root + "/")):

@@ -1,9 +1,200 @@
-"""Finding codes of the 'flashinfer' area. See docs/findings.md (generated)."""
+"""Finding codes of the 'flashinfer' area: the Python packages each backend needs (torch, flashinfer and its
+companions, fla-core, triton) and the state of FlashInfer's JIT. See docs/findings.md (generated)."""
 
 from __future__ import annotations
 
 from jitguard.findings.model import CatalogEntry, FixTemplate
 
-ENTRIES: tuple[CatalogEntry, ...] = ()
+_AREA = "flashinfer"
 
-_ = FixTemplate  # entries use it
+ENTRIES: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        code="torch-missing",
+        severity="error",
+        title="PyTorch is not installed",
+        cause=(
+            "Every GDN backend (FlashInfer, FLA/Triton and the PyTorch reference) takes and returns torch "
+            "tensors."
+        ),
+        fixes=(
+            FixTemplate("Install PyTorch (pick the CUDA build matching your driver):", "pip install torch"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="torch-no-cuda",
+        severity="error",
+        title="PyTorch {torch_version} is a {flavour} build",
+        cause=(
+            "The {backend_label} needs a CUDA build of PyTorch to run kernels on the GPU; {torch_version} "
+            "has no CUDA."
+        ),
+        fixes=(
+            FixTemplate(
+                "Install a CUDA build of PyTorch (cu128, cu129 or cu130; match your driver):",
+                "pip install torch --index-url https://download.pytorch.org/whl/cu130",
+            ),
+            FixTemplate(
+                "Or use the PyTorch backend, which runs on CPU:", "export JITGUARD_GDN_BACKEND=torch"
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-missing",
+        severity="error",
+        title="FlashInfer (flashinfer-python) is not installed",
+        cause="The flashinfer backend needs the flashinfer-python package (GDN prefill since 0.6.2).",
+        fixes=(
+            FixTemplate("Install it:", "pip install flashinfer-python"),
+            FixTemplate("Or use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-too-old",
+        severity="error",
+        title="flashinfer-python {version} has no GDN prefill kernel",
+        cause=(
+            "GDN prefill (chunk_gated_delta_rule) first shipped in flashinfer-python 0.6.2; {version} is "
+            "older."
+        ),
+        fixes=(
+            FixTemplate("Upgrade it:", "pip install -U 'flashinfer-python>=0.6.3'"),
+            FixTemplate("Or use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-import-broken",
+        severity="error",
+        title="Importing {module} fails: {error_type}",
+        cause=("`import {module}` raised {error_type}: {error_message}. {context}"),
+        fixes=(
+            FixTemplate("Reproduce it and read the full traceback:", "python -c 'import {module}'"),
+            FixTemplate(
+                "Reinstall FlashInfer and its companions at matching versions:",
+                "pip install --force-reinstall flashinfer-python=={version}",
+            ),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="cutlass-dsl-missing",
+        severity="error",
+        title="nvidia-cutlass-dsl is not installed (flashinfer-python {version} needs it for GDN prefill)",
+        cause=(
+            "From 0.6.14 FlashInfer's GDN prefill is a CuTeDSL kernel. Without nvidia-cutlass-dsl, "
+            "flashinfer.gdn_prefill fails to import, and from 0.6.15 flashinfer.chunk_gated_delta_rule "
+            "silently disappears (its import sits in a suppress(ImportError) block)."
+        ),
+        fixes=(
+            FixTemplate(
+                "Install the version FlashInfer asks for:", "pip install 'nvidia-cutlass-dsl{requirement}'"
+            ),
+            FixTemplate(
+                "If you installed with `pip install --target`, the DSL's .pth file was skipped; add its "
+                "packages:",
+                "export PYTHONPATH=<target>/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH",
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="cutlass-dsl-too-old",
+        severity="error",
+        title=(
+            "nvidia-cutlass-dsl {dsl_version} is older than flashinfer-python {version} requires "
+            "({requirement})"
+        ),
+        cause=(
+            "flashinfer-python {version} declares nvidia-cutlass-dsl{requirement}. With an older DSL the GDN "
+            "kernel module fails to import; FlashInfer swallows that ImportError and later raises "
+            "NotImplementedError('... GDN prefill DSL kernel is unavailable'), without the cause."
+        ),
+        fixes=(FixTemplate("Upgrade it:", "pip install -U 'nvidia-cutlass-dsl{requirement}'"),),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="jit-cache-mismatch",
+        severity="error",
+        title="{package} {package_version} does not match flashinfer-python {version}",
+        cause=("FlashInfer checks at import that {package} has its own version{how}; {consequence}"),
+        fixes=(
+            FixTemplate("Install the matching version:", "{install_command}"),
+            FixTemplate(
+                "Or remove it (FlashInfer then compiles on first use):", "pip uninstall -y {package}"
+            ),
+            FixTemplate(
+                "Or skip the check, if you know the modules are compatible (prebuilt modules of another "
+                "version may crash or compute wrong results):",
+                "export FLASHINFER_DISABLE_VERSION_CHECK=1",
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="gdn-prebuilt-available",
+        severity="info",
+        title="A prebuilt {module} module is installed: no compile needed",
+        cause="FlashInfer will load {path} ({source}) instead of compiling {tus} translation units.",
+        fixes=(),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-cutedsl-compiles-per-process",
+        severity="info",
+        title="flashinfer-python {version} compiles GDN prefill in every process, at every start",
+        cause=(
+            "From 0.6.14 GDN prefill is a CuTeDSL kernel compiled in-process with an in-memory cache only: "
+            "each rank pays the compile (measured ~16 s per process on an H200 for three shapes) at its "
+            "first call, again after every restart. No build step, no nvcc, no ninja."
+        ),
+        fixes=(
+            FixTemplate(
+                "Warm it up before serving traffic: one call per input shape class at startup (jitguard's "
+                "GDN op does the first call inside a guarded block, so a failure falls back instead of "
+                "crashing).",
+                None,
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="fla-missing",
+        severity="error",
+        title="FLA (fla-core) is not installed",
+        cause=(
+            "The triton backend runs flash-linear-attention's chunk_gated_delta_rule from the fla-core "
+            "package."
+        ),
+        fixes=(
+            FixTemplate("Install it:", "pip install 'fla-core>=0.6.0'"),
+            FixTemplate("Or use the PyTorch backend:", "export JITGUARD_GDN_BACKEND=torch"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="fla-too-old",
+        severity="error",
+        title="fla-core {fla_version} is older than {minimum}",
+        cause="jitguard's triton backend is written and tested against fla-core {minimum} and newer.",
+        fixes=(FixTemplate("Upgrade it:", "pip install -U 'fla-core>={minimum}'"),),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="triton-missing",
+        severity="error",
+        title="Triton is not installed",
+        cause=(
+            "FLA's kernels are Triton kernels; fla-core does not depend on triton by default "
+            "(only through its [cuda] extra). A CUDA build of PyTorch normally brings it."
+        ),
+        fixes=(
+            FixTemplate("Install it:", "pip install 'triton>=3.3'"),
+            FixTemplate("Or install FLA with its CUDA extra:", "pip install 'fla-core[cuda]'"),
+        ),
+        area=_AREA,
+    ),
+)

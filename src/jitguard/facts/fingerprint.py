@@ -1,0 +1,143 @@
+"""The environment fingerprint: the key of the failure cache (DESIGN.md "Fingerprint").
+
+It covers everything that decides whether a kernel build or load succeeds: package versions, GPU arch and
+driver, nvcc/c++/ninja (paths and versions), the libstdc++ pair, and the environment variables that change a
+build. It leaves out what varies from run to run without changing the outcome (free memory, free disk,
+timings), so it is stable across runs and changes when any input changes; a cached failure is then never
+retried until something relevant changed.
+
+Toolchain and libstdc++ facts are written by another module and read defensively (``getattr``): a renamed or
+missing attribute weakens the key, it never breaks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+import sys
+from typing import Any
+
+# Bump when the meaning of the inputs changes, so old cache entries stop matching.
+SCHEMA = 1
+PACKAGES = (
+    "flashinfer-python",
+    "flashinfer-jit-cache",
+    "flashinfer-cubin",
+    "nvidia-cutlass-dsl",
+    "apache-tvm-ffi",
+    "fla-core",
+    "triton",
+    "torch",
+)
+# Variables that change what a build produces or whether it links, loads or fits in memory.
+ENV_NAMES = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LIBRARY_PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "CONDA_PREFIX",
+    "CXX",
+    "CC",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_CCBIN",
+    "MAX_JOBS",
+    "JITGUARD_MEMORY_BUDGET",
+    "JITGUARD_JOB_MEMORY",
+)
+ENV_PREFIXES = ("FLASHINFER_",)
+
+
+def describe(**parts: Any) -> dict[str, Any]:
+    """What goes into the fingerprint, as plain data (shown by ``doctor --json``)."""
+    return {
+        "schema": SCHEMA,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "machine": platform.machine(),
+        "packages": _packages(parts.get("packages")),
+        "gpu": _gpu(parts.get("gpu")),
+        "toolchain": _toolchain(parts.get("toolchain")),
+        "libstdcxx": _libstdcxx(parts.get("libstdcxx")),
+        "link": _link(parts.get("link")),
+        "env": _env(parts.get("environment")),
+    }
+
+
+def compute(**parts: Any) -> str:
+    """A short stable key (16 hex digits of a SHA-256) over ``describe(**parts)``."""
+    text = json.dumps(describe(**parts), sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _packages(packages: Any) -> dict[str, str | None]:
+    version = getattr(packages, "version", None)
+    if not callable(version):
+        return {}
+    return {name: version(name) for name in PACKAGES}
+
+
+def _gpu(gpu: Any) -> dict[str, Any]:
+    return {
+        "capabilities": list(getattr(gpu, "capabilities", ()) or ()),
+        "driver": getattr(gpu, "driver_version", None),
+    }
+
+
+def _tool(tool: Any) -> dict[str, Any] | None:
+    if tool is None:
+        return None
+    return {"path": _str(getattr(tool, "path", None)), "version": _str(getattr(tool, "version", None))}
+
+
+def _toolchain(toolchain: Any) -> dict[str, Any]:
+    if toolchain is None:
+        return {}
+    return {
+        "nvcc": _tool(getattr(toolchain, "nvcc", None)),
+        "cxx": _tool(getattr(toolchain, "cxx", None)),
+        "ninja": _tool(getattr(toolchain, "ninja", None)),
+        "cuda_home": _str(getattr(toolchain, "cuda_home", None)),
+    }
+
+
+def _libstdcxx(facts: Any) -> dict[str, Any]:
+    """The compiler's and the runtime's libstdc++: path and newest GLIBCXX version. Accepts both shapes in
+    use: flat (``runtime_lib``, ``runtime_max``) and nested (``runtime.path``)."""
+    if facts is None:
+        return {}
+    out: dict[str, Any] = {}
+    for side in ("compiler", "runtime"):
+        nested = getattr(facts, side, None)
+        path = getattr(facts, f"{side}_lib", None) or getattr(nested, "path", None)
+        newest = getattr(facts, f"{side}_max", None) or getattr(nested, "max_version", None)
+        out[side] = {"path": _str(path), "max": _str(newest)}
+    return out
+
+
+def _link(link: Any) -> dict[str, bool]:
+    """The outcome flags of the trial link (whether libcuda/libcudart link), so installing a driver library
+    invalidates a cached link failure. Only boolean fields, and none about caching, so the key stays
+    stable."""
+    if link is None or not dataclasses.is_dataclass(link):
+        return {}
+    return {
+        f.name: getattr(link, f.name)
+        for f in dataclasses.fields(link)
+        if isinstance(getattr(link, f.name), bool) and "cache" not in f.name
+    }
+
+
+def _env(environment: Any) -> dict[str, str]:
+    get = getattr(environment, "as_dict", None)
+    variables: dict[str, str] = get() if callable(get) else {}
+    return {k: v for k, v in sorted(variables.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
