@@ -24,7 +24,15 @@ def console(stream: Any = None) -> Console:
     no_color = bool(os.environ.get("NO_COLOR"))
     # Off a terminal (logs, CI) rich would wrap at 80 columns; long paths and commands read better unwrapped.
     width = None if stream.isatty() else 160
-    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True, width=width)
+    # NO_COLOR: no escape sequences at all (rich's own no_color still emits bold), so logs stay plain text.
+    return Console(
+        file=stream,
+        no_color=no_color,
+        color_system=None if no_color else "auto",
+        highlight=False,
+        soft_wrap=True,
+        width=width,
+    )
 
 
 def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = "  ") -> None:

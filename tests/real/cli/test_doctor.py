@@ -1,0 +1,118 @@
+"""`jitguard doctor` end to end, in a subprocess, on this machine's real facts (no GPU, no libcuda)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def doctor(*args: str, env: dict[str, str] | None = None, cache: Path) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), **(env or {})}
+    full_env.pop("NO_COLOR", None) if env is None or "NO_COLOR" not in env else None
+    return subprocess.run(
+        [sys.executable, "-m", "jitguard", "doctor", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+def doctor_json(*args: str, env: dict[str, str] | None = None, cache: Path) -> tuple[dict[str, Any], int]:
+    proc = doctor("--json", *args, env=env, cache=cache)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout), proc.returncode
+
+
+def codes(data: dict[str, Any], backend: str) -> list[str]:
+    return [f["code"] for f in data["backends"][backend]["findings"]]
+
+
+@pytest.fixture
+def stub_libcuda(tmp_path: Path) -> Path:
+    """A real shared object named libcuda.so, as the CUDA toolkit's stubs directory provides."""
+    stub_dir = tmp_path / "stubs"
+    stub_dir.mkdir()
+    src = tmp_path / "cuda_stub.c"
+    src.write_text("int cuInit(unsigned int flags) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(stub_dir / "libcuda.so")],
+        check=True,
+    )
+    return stub_dir
+
+
+def test_flashinfer_verdict_names_libcuda_with_the_real_linker_line(tmp_path: Path) -> None:
+    data, rc = doctor_json("--backend", "flashinfer", cache=tmp_path)
+    assert rc == 1
+    assert data["schema"] == "jitguard.doctor/1"
+    assert data["backends"]["flashinfer"]["usable"] is False
+    libcuda = next(f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "link-missing-libcuda")
+    assert any("-lcuda" in e and "-shared" in e for e in libcuda["evidence"]), libcuda["evidence"]
+    assert any("cannot find -lcuda" in e for e in libcuda["evidence"]), libcuda["evidence"]
+    assert libcuda["fixes"]
+
+
+def test_following_the_libcuda_fix_clears_the_finding(tmp_path: Path, stub_libcuda: Path) -> None:
+    data, _ = doctor_json(
+        "--backend", "flashinfer", env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda}"}, cache=tmp_path
+    )
+    assert "link-missing-libcuda" not in codes(data, "flashinfer")
+    assert data["facts"]["link"]["cuda_links"] is True
+
+
+def test_torch_backend_is_always_usable_here(tmp_path: Path) -> None:
+    data, rc = doctor_json("--backend", "torch", cache=tmp_path)
+    assert rc == 0
+    assert data["backends"]["torch"]["usable"] is True
+
+
+def test_human_report_ends_with_the_verdict_per_backend(tmp_path: Path) -> None:
+    proc = doctor(cache=tmp_path)
+    assert proc.returncode == 1
+    verdict = proc.stdout[proc.stdout.index("Verdict"):]
+    for backend in ("flashinfer", "triton", "torch"):
+        assert backend in verdict
+    assert "link-missing-libcuda" in verdict
+    assert "What to do" in proc.stdout
+
+
+def test_unknown_backend_is_a_usage_error_without_traceback(tmp_path: Path) -> None:
+    proc = doctor("--backend", "cuda", cache=tmp_path)
+    assert proc.returncode == 2
+    assert "invalid choice: 'cuda'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_jitguard_variable_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    proc = doctor(env={"JITGUARD_MEMORY_BUDGET": "lots"}, cache=tmp_path)
+    assert proc.returncode == 2
+    assert "JITGUARD_MEMORY_BUDGET='lots'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_max_jobs_is_reported_not_crashed_on(tmp_path: Path) -> None:
+    data, _ = doctor_json("--backend", "flashinfer", env={"MAX_JOBS": "abc"}, cache=tmp_path)
+    assert "env-max-jobs-invalid" in codes(data, "flashinfer")
+
+
+def test_unusable_cache_dir_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    data, _ = doctor_json("--backend", "flashinfer", env={"FLASHINFER_WORKSPACE_BASE": str(not_a_dir)}, cache=tmp_path)
+    assert "cache-dir-unwritable" in codes(data, "flashinfer")
+
+
+def test_secrets_never_reach_the_json(tmp_path: Path) -> None:
+    proc = doctor("--json", env={"FLASHINFER_API_TOKEN": "s3cr3t-value", "HF_TOKEN": "hf_s3cr3t"}, cache=tmp_path)
+    assert "s3cr3t" not in proc.stdout
+    assert "FLASHINFER_API_TOKEN" in proc.stdout  # the name stays, the value goes
+
+
+def test_no_color_is_respected_even_when_colour_is_forced(tmp_path: Path) -> None:
+    forced = doctor(env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"}, cache=tmp_path)
+    assert "\x1b[" in forced.stdout
+    plain = doctor(env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}, cache=tmp_path)
+    assert "\x1b[" not in plain.stdout
