@@ -1,0 +1,376 @@
+"""The guarded build of one FlashInfer nvcc JIT module (a ``JitSpec``): what replaces its silent build+load.
+
+In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
+
+1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 5;
+2. the failure cache: this module already failed in this very environment -> ``CachedBuildFailure`` at once;
+3. pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) -> ``BuildFailed``
+   before the first compile, recorded in the failure cache;
+4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
+   classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk);
+5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded;
+6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
+
+``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
+flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from jitguard.build.module_lock import ModuleLock
+from jitguard.config import Settings, default_cache_dir, format_bytes
+from jitguard.errors import BuildFailed
+from jitguard.findings.model import Finding
+from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
+from jitguard.state.job_memory import JobMemoryStore
+
+if TYPE_CHECKING:
+    from jitguard.build.runner import BuildOptions, BuildResult
+    from jitguard.facts import Facts
+
+log = logging.getLogger("jitguard.build")
+
+# Causes that belong to this attempt, not to the environment: retrying may well succeed, so never cache them.
+TRANSIENT_CODES = frozenset(
+    {"build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full", "disk-low"}
+)
+# Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
+# running the kernel (no GPU on a build host is fine) or about other backends.
+BUILD_BLOCKING_CODES = frozenset(
+    {
+        "nvcc-missing",
+        "ninja-missing",
+        "cxx-missing",
+        "cuda-headers-missing",
+        "link-missing-libcuda",
+        "link-missing-libcudart",
+        "memory-too-small",
+        "disk-full",
+        "cache-dir-unwritable",
+        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
+    }
+)
+# Codes that doom only the GDN prefill modules (nvcc < 12.6 cannot compile the SM90 GDN kernel).
+GDN_BLOCKING_CODES = frozenset({"nvcc-too-old"})
+GDN_MODULE_PREFIX = "gdn_prefill"
+
+
+class CachedBuildFailure(BuildFailed):
+    """The module already failed in this same environment; it was not retried."""
+
+    def __init__(self, record: FailureRecord) -> None:
+        self.record = record
+        super().__init__(
+            record.module,
+            record.findings,
+            record.log_path,
+            detail=(
+                f"it already failed {_ago(record.age())} in this same environment (jitguard's failure cache),"
+                " so it was not retried. Fixing the cause changes the environment fingerprint and the next "
+                f"attempt builds; to retry anyway: jitguard cache clear --module {record.module} --yes"
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class BuiltModule:
+    """The outcome of ``build_spec``: where the library is and what it took."""
+
+    module: str
+    so_path: Path
+    status: Literal["built", "up-to-date"]
+    log_path: Path | None
+    result: BuildResult | None
+    notes: tuple[Finding, ...]  # non-blocking findings (warnings, info) worth showing
+    waited_s: float
+    took_over_from_pid: int | None = None
+    loaded: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class _Context:
+    module: str
+    options: BuildOptions | None
+    log_path: Path
+    results: list[BuildResult]
+
+
+_ACTIVE: contextvars.ContextVar[_Context | None] = contextvars.ContextVar(
+    "jitguard_flashinfer_build", default=None
+)
+
+
+def build_spec(
+    spec: Any,
+    *,
+    load: Callable[[Path], Any] | None = None,
+    options: BuildOptions | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BuiltModule:
+    """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
+
+    Raises ``CachedBuildFailure`` / ``BuildFailed`` (with findings and the log path) or ``LockTimeout``.
+    """
+    env = dict(os.environ if env is None else env)
+    settings = Settings.from_env(env)
+    module = str(spec.name)
+    cache_dir = settings.cache_dir
+    failures = FailureCache(cache_dir, ttl=ttl_from_env(env))
+    log_path = new_log_path(cache_dir, module)
+    lock = ModuleLock(Path(spec.lock_path), module, timeout=settings.lock_timeout)
+    with lock:
+        so_path = Path(spec.jit_library_path)
+        if not spec.is_ninja_generated:
+            spec.write_ninja()
+        facts = facts_for(env)
+        notes: list[Finding] = []
+        result: BuildResult | None = None
+        status: Literal["built", "up-to-date"] = "up-to-date"
+        if not so_path.exists() or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path)):
+            notes += check_before_build(module, facts, failures)
+            lock.set_log_path(log_path)
+            result = _run_build(spec, module, facts, failures, options, settings, log_path)
+            status = "built"
+        notes += _check_library(module, so_path, facts, failures, log_path if result else None)
+        loaded = _load(module, so_path, facts, failures, load) if load is not None else None
+        if status == "built" or failures.get(module, facts.fingerprint) is not None:
+            failures.record_success(module, facts.fingerprint)
+        return BuiltModule(
+            module=module,
+            so_path=so_path,
+            status=status,
+            log_path=log_path if result else None,
+            result=result,
+            notes=tuple(notes),
+            waited_s=lock.waited,
+            took_over_from_pid=lock.took_over_from.pid if lock.took_over_from else None,
+            loaded=loaded,
+        )
+
+
+def check_before_build(module: str, facts: Facts, failures: FailureCache) -> list[Finding]:
+    """The failure cache, then pre-flight. Raises when the build is doomed; returns the non-blocking notes."""
+    cached = failures.get(module, facts.fingerprint)
+    if cached is not None:
+        raise CachedBuildFailure(cached)
+    from jitguard.findings.checks import preflight
+
+    findings = preflight(facts, "flashinfer")
+    blocking = [f for f in findings if f.blocking and blocks_build(module, f.code)]
+    if blocking:
+        failures.record_failure(module, facts.fingerprint, blocking)
+        raise BuildFailed(
+            module, blocking, None, detail="pre-flight: this build cannot succeed here, not started"
+        )
+    return [f for f in findings if not f.blocking and blocks_build(module, f.code)]
+
+
+def blocks_build(module: str, code: str) -> bool:
+    """Whether a pre-flight finding ``code`` concerns building ``module`` (as opposed to running it)."""
+    return code in BUILD_BLOCKING_CODES or (
+        module.startswith(GDN_MODULE_PREFIX) and code in GDN_BLOCKING_CODES
+    )
+
+
+def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = False) -> None:
+    """Stands in for ``flashinfer.jit.cpp_ext.run_ninja``: the same build, through jitguard's runner."""
+    from jitguard.build.runner import run_ninja
+
+    context = _ACTIVE.get()
+    if context is None:
+        # Called outside build_spec (FlashInfer's AOT ``build_jit_specs``, or ``JitSpec.build`` directly).
+        settings = Settings.from_env()
+        module = Path(workdir).name
+        context = _Context(
+            module, default_options(settings, module), new_log_path(settings.cache_dir, module), []
+        )
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    options = (
+        context.options
+        if context.options is not None
+        else default_options(Settings.from_env(), context.module)
+    )
+    log.info("jitguard: building %s (full log: %s)", context.module, context.log_path)
+    result = run_ninja(
+        Path(workdir), Path(ninja_file), module=context.module, options=options, log_path=context.log_path
+    )
+    context.results.append(result)
+
+
+def default_options(settings: Settings, module: str) -> BuildOptions:
+    """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on)."""
+    from jitguard.build.runner import BuildOptions
+
+    max_jobs = os.environ.get("MAX_JOBS", "")
+    job_memory = settings.job_memory or JobMemoryStore(settings.cache_dir).estimate(module)
+    return BuildOptions(
+        jobs=int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else None,
+        memory_budget=settings.memory_budget,
+        job_memory=job_memory,
+        timeout=settings.build_timeout,
+        stall_timeout=settings.stall_timeout,
+    )
+
+
+def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
+    """``ninja -n``: would a build of this ninja file run anything? True when it cannot tell."""
+    ninja = shutil.which("ninja")
+    if ninja is None or not ninja_file.exists():
+        return True
+    try:
+        out = subprocess.run(
+            [ninja, "-n", "-C", str(build_dir), "-f", str(ninja_file)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return out.returncode != 0 or "no work to do" not in out.stdout
+
+
+def new_log_path(cache_dir: Path, module: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return cache_dir / "logs" / f"{module}-{stamp}-{os.getpid()}.log"
+
+
+_FACTS: dict[tuple[tuple[str, str], ...], Facts] = {}
+
+
+def facts_for(env: Mapping[str, str]) -> Facts:
+    """``facts.collect`` once per process and environment: an engine loads dozens of modules at start."""
+    key = tuple(sorted(env.items()))
+    if key not in _FACTS:
+        from jitguard.facts import collect
+
+        _FACTS.clear()
+        _FACTS[key] = collect(env, cache_dir=default_cache_dir(env))
+    return _FACTS[key]
+
+
+def _run_build(
+    spec: Any,
+    module: str,
+    facts: Facts,
+    failures: FailureCache,
+    options: BuildOptions | None,
+    settings: Settings,
+    log_path: Path,
+) -> BuildResult:
+    context = _Context(module, options or default_options(settings, module), log_path, [])
+    token = _ACTIVE.set(context)
+    try:
+        # FlashInfer's own build step (it honours FLASHINFER_DISABLE_JIT), whose run_ninja is ours.
+        spec.build(False, need_lock=False)
+    except BuildFailed as exc:
+        _record(failures, module, facts, exc.findings, exc.log_path)
+        raise
+    except (RuntimeError, OSError) as exc:
+        if type(exc).__name__ == "MissingJITCacheError":
+            raise
+        from jitguard.findings.classify import classify
+
+        found = classify(str(exc), None)
+        _record(failures, module, facts, found, str(log_path))
+        raise BuildFailed(module, found, str(log_path), detail=str(exc).splitlines()[0][:200]) from exc
+    finally:
+        _ACTIVE.reset(token)
+    if not context.results:
+        raise BuildFailed(
+            module, [], str(log_path), detail="FlashInfer did not build through jitguard's runner"
+        )
+    result = context.results[-1]
+    _learn_memory(settings.cache_dir, module, result)
+    log.info(
+        "jitguard: built %s in %.0f s with %d jobs (peak %s); log %s",
+        module,
+        result.wall_s,
+        result.jobs,
+        format_bytes(result.peak_rss_bytes or 0),
+        result.log_path,
+    )
+    return result
+
+
+def _check_library(
+    module: str, so_path: Path, facts: Facts, failures: FailureCache, log_path: Path | None
+) -> list[Finding]:
+    if not so_path.exists():
+        found = [_missing_library(module, so_path)]
+        raise BuildFailed(
+            module, found, str(log_path) if log_path else None, detail="no library after the build"
+        )
+    from jitguard.findings.checks_toolchain import check_built_library
+
+    findings = check_built_library(so_path, facts.libstdcxx)
+    blocking = [f for f in findings if f.blocking]
+    if blocking:
+        _record(failures, module, facts, blocking, str(log_path) if log_path else None)
+        raise BuildFailed(
+            module, blocking, str(log_path) if log_path else None, detail=f"{so_path} would not load here"
+        )
+    return findings
+
+
+def _load(
+    module: str, so_path: Path, facts: Facts, failures: FailureCache, load: Callable[[Path], Any]
+) -> Any:
+    try:
+        return load(so_path)
+    except Exception as exc:
+        from jitguard.findings.classify import classify
+
+        found = classify(str(exc), None)
+        # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
+        if any(f.code != "build-failed" for f in found):
+            _record(failures, module, facts, found, None)
+        raise BuildFailed(module, found, None, detail=f"loading {so_path} failed: {exc}") from exc
+
+
+def _record(
+    failures: FailureCache,
+    module: str,
+    facts: Facts,
+    findings: tuple[Finding, ...] | list[Finding],
+    log_path: str | None,
+) -> None:
+    if findings and not any(f.code in TRANSIENT_CODES for f in findings):
+        failures.record_failure(module, facts.fingerprint, list(findings), log_path)
+
+
+def _learn_memory(cache_dir: Path, module: str, result: BuildResult) -> None:
+    if result.peak_rss_bytes and result.jobs:
+        JobMemoryStore(cache_dir).observe(module, int(result.peak_rss_bytes) // max(1, int(result.jobs)))
+
+
+def _missing_library(module: str, so_path: Path) -> Finding:
+    from jitguard.findings.catalog import make
+
+    return make(
+        "build-failed",
+        backend="flashinfer",
+        evidence=[f"missing: {so_path}"],
+        module=module,
+        log_path=str(so_path.parent),
+        returncode=0,
+    )
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"

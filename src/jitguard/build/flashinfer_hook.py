@@ -1,0 +1,191 @@
+"""``jitguard.install()``: put FlashInfer's nvcc JIT builds under jitguard's supervision.
+
+Two patches, applied to FlashInfer's own objects the moment ``flashinfer.jit.core`` is imported (an import
+hook on ``sys.meta_path``, so ``import jitguard`` and ``install()`` never import flashinfer themselves), or at
+once when it already is:
+
+- ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
+  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded);
+- ``run_ninja`` (in ``jit.cpp_ext`` and the name ``jit.core`` imported from it) -> jitguard's runner, so every
+  ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched.
+
+Supported: flashinfer-python >= 0.6.2 whose ``jit.core`` still has the nvcc ``JitSpec`` (0.6.2-0.6.13 build
+GDN with it; later versions use it for their other nvcc modules). Anything else is left untouched, with one
+warning.
+``JITGUARD_DISABLE=1`` makes ``install()`` a no-op, and turns an installed hook back into stock behaviour.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from jitguard.config import Settings
+
+log = logging.getLogger("jitguard.hook")
+
+CORE_MODULE = "flashinfer.jit.core"
+CPP_EXT_MODULE = "flashinfer.jit.cpp_ext"
+_MARK = "__jitguard_original__"
+
+_lock = threading.RLock()
+_finder: _CoreImportHook | None = None
+_patched: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute, original)
+
+
+def install() -> bool:
+    """Activate the hook (idempotent). False when disabled (JITGUARD_DISABLE=1), when flashinfer is not
+    installed, or when its version or layout is not one jitguard knows how to guard."""
+    if Settings.from_env().disabled:
+        return False
+    if not supported_version(_flashinfer_version()):
+        return False
+    global _finder
+    with _lock:
+        core = sys.modules.get(CORE_MODULE)
+        if core is not None:
+            return _patch(core)
+        if _finder is None:
+            _finder = _CoreImportHook()
+            sys.meta_path.insert(0, _finder)
+        return True
+
+
+def uninstall() -> None:
+    """Put FlashInfer back as it was (tests; a process that wants stock behaviour again)."""
+    global _finder
+    with _lock:
+        if _finder is not None and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+        for owner, attribute, original in _patched.values():
+            setattr(owner, attribute, original)
+        _patched.clear()
+
+
+def is_active() -> bool:
+    """Whether FlashInfer's build_and_load is currently routed through jitguard."""
+    return "build_and_load" in _patched
+
+
+def supported_version(version: str | None) -> bool:
+    if version is None:
+        return False
+    from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC, era_of
+
+    return era_of(version)[0] in (ERA_NVCC, ERA_CUTEDSL)
+
+
+def _flashinfer_version() -> str | None:
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _patch(core: ModuleType) -> bool:
+    with _lock:
+        if is_active():
+            return True
+        spec_class = getattr(core, "JitSpec", None)
+        cpp_ext = sys.modules.get(CPP_EXT_MODULE)
+        required = (
+            spec_class is not None
+            and callable(getattr(spec_class, "build_and_load", None))
+            and callable(getattr(spec_class, "build", None))
+            and cpp_ext is not None
+            and callable(getattr(cpp_ext, "run_ninja", None))
+        )
+        if not required:
+            log.warning(
+                "jitguard: this FlashInfer (%s) has no nvcc JitSpec.build_and_load/run_ninja as jitguard "
+                "knows them; its JIT builds are not guarded",
+                _flashinfer_version(),
+            )
+            return False
+        _replace("build_and_load", spec_class, "build_and_load", _guarded_build_and_load)
+        _replace("cpp_ext.run_ninja", cpp_ext, "run_ninja", _guarded_run_ninja)
+        if callable(getattr(core, "run_ninja", None)):
+            _replace("core.run_ninja", core, "run_ninja", _guarded_run_ninja)
+        return True
+
+
+def _replace(key: str, owner: Any, attribute: str, make: Any) -> None:
+    original = getattr(owner, attribute)
+    replacement = make(original)
+    setattr(replacement, _MARK, original)
+    setattr(owner, attribute, replacement)
+    _patched[key] = (owner, attribute, original)
+
+
+def _guarded_build_and_load(original: Any) -> Any:
+    @functools.wraps(original)
+    def build_and_load(self: Any) -> Any:
+        # Stock behaviour when jitguard is switched off after install, for prebuilt (AOT) modules, and when
+        # FlashInfer's JIT is disabled (it then raises its own MissingJITCacheError, which callers expect).
+        if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
+            return original(self)
+        from jitguard.build.flashinfer_build import build_spec
+
+        return build_spec(self, load=self.load).loaded
+
+    return build_and_load
+
+
+def _guarded_run_ninja(original: Any) -> Any:
+    @functools.wraps(original)
+    def run_ninja(workdir: Any, ninja_file: Any, verbose: bool = False, *args: Any, **kwargs: Any) -> None:
+        if Settings.from_env().disabled or args or kwargs:
+            return original(workdir, ninja_file, verbose, *args, **kwargs)
+        from jitguard.build.flashinfer_build import run_ninja_for_flashinfer
+
+        run_ninja_for_flashinfer(workdir, ninja_file, verbose)
+        return None
+
+    return run_ninja
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then patches the freshly executed ``flashinfer.jit.core``."""
+
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        if not Settings.from_env().disabled:
+            _patch(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _CoreImportHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader the other finders return for ``flashinfer.jit.core``."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != CORE_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None

@@ -1,0 +1,273 @@
+"""`jitguard build flashinfer-gdn`: prebuild FlashInfer's GDN prefill module ahead of serving.
+
+For a Docker build step or CI, also on a host without a GPU: the arch comes from ``--arch`` (FlashInfer's
+``FLASHINFER_CUDA_ARCH_LIST``), the module lands in FlashInfer's own cache under ``--workspace``
+(``FLASHINFER_WORKSPACE_BASE``), exactly where the serving process will look for it. The build is the guarded
+one (failure cache, pre-flight, module lock, supervised runner, GLIBCXX check) but the module is not loaded.
+
+A doomed environment fails in about a second, before FlashInfer is even imported: the pre-flight runs on the
+facts alone. ``register(build_subparsers)`` is called by ``jitguard.cli.build``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from jitguard.build.flashinfer_build import BuiltModule
+    from jitguard.build.runner import BuildOptions
+    from jitguard.findings.model import Finding
+
+COMMAND = "build.flashinfer-gdn"
+GDN_ARCH = "9.0a"  # the nvcc-era module is compiled for sm_90a only
+_ARCH = re.compile(r"^\d+\.\d+a?$")
+
+
+def register(build_subparsers: Any) -> None:
+    parser = build_subparsers.add_parser(
+        "flashinfer-gdn",
+        help="prebuild FlashInfer's GDN prefill JIT module (no GPU needed)",
+        description=(
+            "Build FlashInfer's GDN prefill module (nvcc era, flashinfer-python 0.6.2-0.6.13) into "
+            "FlashInfer's cache ahead of serving, memory-bounded and watched. Fails within seconds, before "
+            "any compile, when the environment cannot produce a working module (e.g. no libcuda to link)."
+        ),
+        epilog="Exit codes: 0 built or up to date, 1 a blocking finding or failed build, 2 usage error.",
+    )
+    parser.add_argument("--arch", default=None, help="target arch as FlashInfer spells it (default 9.0a)")
+    parser.add_argument(
+        "--jobs", default="auto", help="parallel compile jobs: auto (from the memory budget) or N"
+    )
+    parser.add_argument("--memory-budget", default=None, help="memory the build may use: 32G or 75%%")
+    parser.add_argument(
+        "--workspace", default=None, help="FlashInfer workspace base (FLASHINFER_WORKSPACE_BASE)"
+    )
+    parser.add_argument("--timeout", default=None, help="overall build time limit: 3600, 90m, 2h")
+    parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    parser.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    env = _environment(args)
+    options = _options(args, env)
+    started = time.monotonic()
+    try:
+        built, skipped = _build(env, options)
+    except _Blocked as blocked:
+        return _report_failure(args, blocked.module, blocked.findings, None, blocked.detail, started)
+    except ImportError as exc:
+        from jitguard.findings.catalog import make
+
+        finding = make(
+            "flashinfer-import-broken", backend="flashinfer", evidence=[f"{type(exc).__name__}: {exc}"]
+        )
+        return _report_failure(args, "gdn_prefill", [finding], None, "cannot import FlashInfer", started)
+    except Exception as exc:
+        from jitguard.errors import BuildFailed
+
+        if not isinstance(exc, BuildFailed):
+            raise
+        detail = str(exc).splitlines()[0]
+        return _report_failure(args, exc.module, list(exc.findings), exc.log_path, detail, started)
+    return _report_success(args, built, skipped, started)
+
+
+class _Blocked(Exception):
+    def __init__(self, module: str, findings: list[Finding], detail: str) -> None:
+        super().__init__(detail)
+        self.module, self.findings, self.detail = module, findings, detail
+
+
+def _environment(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    arch = args.arch or env.get("FLASHINFER_CUDA_ARCH_LIST") or GDN_ARCH
+    if not _ARCH.match(arch):
+        raise UsageError(
+            f"--arch {arch!r} is not an arch as FlashInfer spells it; use {GDN_ARCH} (Hopper, sm_90a)"
+        )
+    if arch != GDN_ARCH:
+        raise UsageError(
+            f"--arch {arch}: FlashInfer's nvcc GDN prefill module runs only on sm_90a (Hopper); "
+            f"use --arch {GDN_ARCH}"
+        )
+    env["FLASHINFER_CUDA_ARCH_LIST"] = arch
+    if args.workspace:
+        workspace = Path(args.workspace).expanduser().resolve()
+        if workspace.exists() and not workspace.is_dir():
+            raise UsageError(f"--workspace {args.workspace}: not a directory")
+        env["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
+    return env
+
+
+def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
+    from jitguard.build.runner import BuildOptions
+    from jitguard.config import Settings, parse_duration, parse_memory_spec
+
+    settings = Settings.from_env(env)
+    jobs: int | None = None
+    if args.jobs != "auto":
+        if not args.jobs.isdigit() or int(args.jobs) < 1:
+            raise UsageError(f"--jobs {args.jobs!r}: expected auto or a positive number such as 4")
+        jobs = int(args.jobs)
+    budget = (
+        parse_memory_spec(args.memory_budget, name="--memory-budget")
+        if args.memory_budget
+        else settings.memory_budget
+    )
+    timeout = parse_duration(args.timeout, name="--timeout") if args.timeout else settings.build_timeout
+    if timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout!r}: expected a positive duration such as 90m")
+    return BuildOptions(
+        jobs=jobs,
+        memory_budget=budget,
+        job_memory=settings.job_memory,
+        timeout=timeout,
+        stall_timeout=settings.stall_timeout,
+    )
+
+
+def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | None, str | None]:
+    """(the built module, None) or (None, why there is nothing to build)."""
+    from jitguard.build.flashinfer_build import build_spec, check_before_build, facts_for
+    from jitguard.config import Settings
+    from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
+    from jitguard.findings.catalog import make
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
+    from jitguard.state.job_memory import JobMemoryStore
+
+    facts = facts_for(env)
+    fi = facts.flashinfer
+    if not fi.installed:
+        raise _Blocked(
+            "gdn_prefill", [make("flashinfer-missing", backend="flashinfer")], "flashinfer is missing"
+        )
+    if fi.era == ERA_CUTEDSL:
+        return None, (
+            f"flashinfer-python {fi.version} builds GDN prefill with CuTeDSL inside each process at first "
+            "call; there is no nvcc module to prebuild"
+        )
+    if fi.era != ERA_NVCC or not fi.gdn_module:
+        raise _Blocked(
+            "gdn_prefill",
+            [make("flashinfer-too-old", backend="flashinfer", version=fi.version)],
+            "this FlashInfer has no GDN prefill module",
+        )
+    module = fi.gdn_module
+    if fi.prebuilt_gdn is not None and fi.prebuilt_source != "cached_ops":
+        return None, f"{module} is prebuilt by {fi.prebuilt_source} ({fi.prebuilt_gdn}); nothing to compile"
+
+    settings = Settings.from_env(env)
+    failures = FailureCache(settings.cache_dir, ttl=ttl_from_env(env))
+    if fi.prebuilt_gdn is None:
+        # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import.
+        check_before_build(module, facts, failures)
+
+    os.environ.update(
+        {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
+    )
+    spec = _gdn_spec(module)
+    if options.job_memory is None:
+        learned = JobMemoryStore(settings.cache_dir).estimate(module)
+        options = dataclasses.replace(options, job_memory=learned) if learned else options
+    return build_spec(spec, load=None, options=options, env=env), None
+
+
+def _gdn_spec(module: str) -> Any:
+    from flashinfer.jit import gdn  # the generator writes the .cu sources into FlashInfer's workspace
+
+    generate = getattr(gdn, f"gen_{module}_module", None)
+    if generate is None:
+        raise ImportError(f"flashinfer.jit.gdn has no gen_{module}_module")
+    return generate()
+
+
+def _report_success(
+    args: argparse.Namespace, built: BuiltModule | None, skipped: str | None, started: float
+) -> int:
+    from jitguard.config import format_bytes
+
+    elapsed = time.monotonic() - started
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        payload: dict[str, Any] = {"ok": True, "elapsed_s": round(elapsed, 3)}
+        if built is None:
+            payload.update({"status": "nothing-to-build", "reason": skipped})
+        else:
+            result = built.result
+            payload.update(
+                {
+                    "status": built.status,
+                    "module": built.module,
+                    "so_path": str(built.so_path),
+                    "log_path": str(built.log_path) if built.log_path else None,
+                    "jobs": result.jobs if result else None,
+                    "attempts": result.attempts if result else None,
+                    "wall_s": result.wall_s if result else None,
+                    "peak_rss_bytes": result.peak_rss_bytes if result else None,
+                    "waited_s": round(built.waited_s, 3),
+                    "findings": [f.to_json() for f in built.notes],
+                }
+            )
+        print(dumps(COMMAND, payload))
+        return EXIT_OK
+    from jitguard.cli.report import console, render_findings
+
+    out = console()
+    if built is None:
+        out.print(f"Nothing to build: {skipped}.")
+        return EXIT_OK
+    if built.notes:
+        render_findings(out, built.notes)
+    if built.status == "up-to-date":
+        out.print(f"{built.module} is up to date: {built.so_path}")
+    else:
+        result = built.result
+        assert result is not None
+        peak = format_bytes(result.peak_rss_bytes) if result.peak_rss_bytes else "unknown"
+        out.print(
+            f"Built {built.module} in {result.wall_s:.0f} s with {result.jobs} jobs "
+            f"({result.attempts} attempt(s), peak memory {peak}): {built.so_path}\nFull log: {built.log_path}"
+        )
+    return EXIT_OK
+
+
+def _report_failure(
+    args: argparse.Namespace,
+    module: str,
+    findings: list[Finding],
+    log_path: str | None,
+    detail: str,
+    started: float,
+) -> int:
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        payload = {
+            "ok": False,
+            "status": "failed",
+            "module": module,
+            "detail": detail,
+            "log_path": log_path,
+            "elapsed_s": round(time.monotonic() - started, 3),
+            "findings": [f.to_json() for f in findings],
+        }
+        print(dumps(COMMAND, payload))
+        return EXIT_FAILURE
+    from jitguard.cli.report import console, render_findings
+
+    err = console(sys.stderr)
+    err.print(f"[bold red]Cannot build {module}[/]: {detail.splitlines()[0] if detail else 'failed'}")
+    render_findings(err, findings)
+    if log_path:
+        err.print(f"Full log: {log_path}")
+    return EXIT_FAILURE
