@@ -1,1 +1,52 @@
-"""gdn/backends"""
+"""The GDN prefill backends. Each module converts jitguard's convention to and from one implementation and
+exposes the same small surface (``GdnBackend``); importing a backend module imports neither torch nor the
+library it wraps: that happens in ``load()``, on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from jitguard.findings.model import Finding
+    from jitguard.gdn.convention import CallSpec
+
+ORDER = ("flashinfer", "triton", "torch")
+
+
+class GdnBackend(Protocol):
+    """What resolution needs from a backend (a module or an object)."""
+
+    NAME: str
+    TITLE: str
+    MODULE: str | None  # failure-cache module name; None = nothing to build, never cached as failed
+
+    def input_findings(self, spec: CallSpec) -> list[Finding]:
+        """Why this backend cannot take such a call (empty when it can). Pure and cheap."""
+        ...
+
+    def load(self) -> None:
+        """Import, build and load whatever the backend needs (idempotent). Raises on failure."""
+        ...
+
+    def run(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        g: Any,
+        beta: Any,
+        cu_seqlens: Any,
+        scale: float,
+        initial_state: Any,
+        output_final_state: bool,
+        use_qk_l2norm: bool,
+    ) -> tuple[Any, Any]:
+        """Run one validated call in jitguard's convention; returns ``(o, final_state or None)``."""
+        ...
+
+
+def default_backends() -> list[GdnBackend]:
+    from jitguard.gdn.backends import flashinfer, torch, triton
+
+    return [flashinfer, triton, torch]

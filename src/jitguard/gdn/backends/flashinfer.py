@@ -1,0 +1,165 @@
+"""The FlashInfer backend: ``flashinfer.gdn_prefill.chunk_gated_delta_rule`` (SM90 Hopper and newer).
+
+Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL sources):
+- nvcc era, 0.6.3 - 0.6.13: the first call JIT-compiles the ``gdn_prefill_sm90`` module with nvcc (34 TUs
+  at 0.6.3 - 0.6.7, 66 from 0.6.8) unless a prebuilt cache or flashinfer-jit-cache has it; SM90 only.
+- CuTeDSL era, >= 0.6.14: kernels compiled in-process by nvidia-cutlass-dsl on the first call of each
+  specialisation (every process, every restart); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
+  fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
+
+Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
+input gives NaN), g and beta as contiguous float32, cu_seqlens as int64 on the device, q/k l2-normalised by
+jitguard (FlashInfer <= 0.6.18 accepts ``use_qk_l2norm_in_kernel`` and ignores it). The state layout [N, H,
+V, K] float32 and the head rules (GQA and GVA, ``H = max(Hq, Hv)``) are FlashInfer's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from jitguard.findings.catalog import make
+from jitguard.findings.model import Finding
+from jitguard.gdn.convention import CallSpec
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "flashinfer"
+TITLE = "FlashInfer GDN prefill"
+MODULE: str | None = "gdn-prefill/flashinfer"
+HEAD_DIM = 128
+DTYPES = ("float16", "bfloat16")
+FIRST_VERSION = "0.6.3"
+CUTEDSL_VERSION = "0.6.14"
+
+_kernel: Any = None
+
+
+@functools.lru_cache(maxsize=1)
+def installed_version() -> str | None:
+    """flashinfer-python's version from its metadata (no import), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("flashinfer-python")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def era(version: str | None) -> str | None:
+    """'nvcc' (0.6.3 - 0.6.13), 'cutedsl' (>= 0.6.14), or None (not installed or too old for this op)."""
+    if version is None:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return None
+    if v < Version(FIRST_VERSION):
+        return None
+    return "nvcc" if v < Version(CUTEDSL_VERSION) else "cutedsl"
+
+
+def input_findings(spec: CallSpec) -> list[Finding]:
+    reasons = []
+    if spec.device_type != "cuda":
+        reasons.append(
+            f"the inputs are on {spec.device_type}; FlashInfer's GDN prefill runs on CUDA tensors only"
+        )
+    if spec.dtype not in DTYPES:
+        reasons.append(
+            f"q/k/v are {spec.dtype}; FlashInfer's GDN kernels exist for float16 and bfloat16 only"
+        )
+    if spec.head_dim != HEAD_DIM:
+        reasons.append(
+            f"the head size is D={spec.head_dim}; FlashInfer's GDN prefill kernel is built for D=128 only"
+        )
+    if not reasons:
+        return []
+    alternative = "triton" if spec.device_type == "cuda" and spec.dtype != "float64" else "torch"
+    return [
+        make(
+            "gdn-input-unsupported",
+            backend=NAME,
+            evidence=[spec.describe()],
+            title=TITLE,
+            reason="; ".join(reasons) + ".",
+            alternative=alternative,
+        )
+    ]
+
+
+def load() -> None:
+    """Import FlashInfer's GDN prefill and, in the nvcc era, build (or load the cached) JIT module now, so a
+    build or load failure is told apart from a launch failure."""
+    global _kernel
+    if _kernel is not None:
+        return
+    module = importlib.import_module("flashinfer.gdn_prefill")
+    if era(installed_version()) == "nvcc":
+        module.get_gdn_prefill_module()
+    else:
+        _check_dsl_kernel()
+    _kernel = module.chunk_gated_delta_rule
+
+
+def _check_dsl_kernel() -> None:
+    """FlashInfer >= 0.6.14 swallows the ImportError of its CuTeDSL kernel module and later raises
+    NotImplementedError("... DSL kernel is unavailable"); import the module ourselves to surface the cause."""
+    import torch
+
+    major = torch.cuda.get_device_capability()[0]
+    symbol, source = {
+        9: ("chunk_gated_delta_rule_sm90", "flashinfer.gdn_kernels.delta_rule_dsl"),
+        10: ("chunk_gated_delta_rule_sm100", "flashinfer.gdn_kernels.blackwell"),
+        12: ("chunk_gated_delta_rule_sm120", "flashinfer.gdn_kernels.delta_rule_dsl"),
+    }.get(major, (None, None))
+    if symbol is None or source is None:
+        raise RuntimeError(f"FlashInfer has no GDN prefill kernel for compute capability {major}.x")
+    kernels = importlib.import_module("flashinfer.gdn_kernels")
+    if getattr(kernels, symbol, None) is None:
+        importlib.import_module(source)  # raises the real ImportError / RuntimeError
+        raise RuntimeError(f"FlashInfer's {symbol} is unavailable (flashinfer.gdn_kernels.{symbol} is None)")
+
+
+def run(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    use_qk_l2norm: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    import torch
+
+    if use_qk_l2norm:
+        from jitguard.gdn.reference import l2norm
+
+        q, k = l2norm(q), l2norm(k)
+    f32 = torch.float32
+    alpha = (g if g.dtype == f32 else g.float()).exp()
+    beta = beta.contiguous() if beta.dtype == f32 else beta.float().contiguous()
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int64, non_blocking=True)
+    state = None if initial_state is None else initial_state.contiguous()
+    result = _kernel(
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        alpha,
+        beta,
+        scale=scale,
+        initial_state=state,
+        output_final_state=output_final_state,
+        cu_seqlens=cu,
+        use_qk_l2norm_in_kernel=False,
+    )
+    if output_final_state:
+        return result[0], result[1]
+    return result, None
