@@ -146,7 +146,10 @@ class LinkFacts:
     @property
     def link_command(self) -> str:
         """FlashInfer's link line for a module, as its build.ninja would run it."""
-        return shlex.join([*self.cxx, "<objects>", *self.ldflags, "-o", "<module>.so"])
+        quoted = [shlex.quote(a) for a in (*self.cxx, *self.ldflags)]
+        return " ".join(
+            [*quoted[: len(self.cxx)], "<objects>", *quoted[len(self.cxx) :], "-o", "<module>.so"]
+        )
 
     def fix_dirs(self, library: str) -> tuple[str, ...]:
         """Directories that would satisfy ``-l<library>`` through ``-L<dir>``, best first."""

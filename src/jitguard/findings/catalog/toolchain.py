@@ -160,10 +160,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
                 "export LIBRARY_PATH={fix_dir}",
             ),
             FixTemplate(
-                "Install the CUDA driver link stub (link time only; NVIDIA's CUDA apt repository shown), "
-                "then use "
-                "its lib64/stubs directory as above",
-                "apt-get install -y cuda-driver-dev-{cuda_major}-{cuda_minor}",
+                "Install the CUDA driver link stub (link time only; NVIDIA's CUDA apt repository shown); "
+                "FlashInfer finds it in $cuda_home/lib64/stubs once CUDA_HOME names that toolkit",
+                "apt-get install -y cuda-driver-dev-{cuda_major}-{cuda_minor} && "
+                "export CUDA_HOME=/usr/local/cuda-{cuda_major}.{cuda_minor}",
             ),
             FixTemplate(
                 "Or install the stub into a conda environment (it lands in $CONDA_PREFIX/lib/stubs)",
@@ -179,8 +179,9 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         severity="error",
         title="The linker cannot find libcudart: FlashInfer's JIT link (`-lcudart`) will fail",
         cause=(
-            "FlashInfer links every JIT module with `{link_command}`, searching only $cuda_home/lib64 "
-            "(cuda_home = {cuda_home}, from {cuda_home_source}). A trial of that link on this machine fails "
+            "FlashInfer links every JIT module with `{link_command}`: it looks in $cuda_home/lib64, never "
+            "$cuda_home/lib (cuda_home = {cuda_home}, from {cuda_home_source}). A trial of that link on "
+            "this machine fails "
             "({detail}). Pip-style and conda CUDA layouts keep libcudart in lib/ or under another prefix "
             "(flashinfer#5064). {found}"
         ),
