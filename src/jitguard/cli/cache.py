@@ -1,0 +1,162 @@
+"""`jitguard cache list|clear`: what jitguard remembers (build outcomes, memory per job); forgetting it.
+
+The failure cache makes a doomed build cost nothing at the next start; `clear` is how a user says "try again
+anyway" (normally unnecessary: fixing the cause changes the environment fingerprint by itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from jitguard.errors import EXIT_OK, UsageError
+
+
+def configure(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cache",
+        help="list or clear jitguard's cached build outcomes",
+        description=(
+            "jitguard remembers the outcome of each JIT module build per environment fingerprint (so a "
+            "doomed build is not retried until something changes) and the memory one compile job needed. "
+            "The directory is JITGUARD_CACHE_DIR (default: ~/.cache/jitguard); JITGUARD_FAILURE_TTL sets how "
+            "long an outcome counts (default 168h)."
+        ),
+    )
+    actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", parser_class=type(parser))
+    listing = actions.add_parser("list", help="show cached outcomes and learned memory per compile job")
+    listing.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    listing.add_argument("--all", action="store_true", help="include expired outcomes")
+    listing.set_defaults(execute=execute)
+    clearing = actions.add_parser("clear", help="forget cached outcomes (and learned memory)")
+    clearing.add_argument("--module", default=None, help="forget only this module (e.g. gdn_prefill_sm90)")
+    clearing.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    clearing.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    clearing.set_defaults(execute=execute)
+    parser.set_defaults(execute=_usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> Any:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        raise UsageError("jitguard cache needs an action: list or clear")
+
+    return show
+
+
+def execute(args: argparse.Namespace) -> int:
+    from jitguard.config import default_cache_dir
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
+    from jitguard.state.job_memory import JobMemoryStore
+
+    cache_dir = default_cache_dir()
+    failures = FailureCache(cache_dir, ttl=ttl_from_env())
+    memory = JobMemoryStore(cache_dir)
+    if args.cache_action == "list":
+        return _list(args, failures, memory)
+    return _clear(args, failures, memory)
+
+
+def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
+    from jitguard.config import format_bytes
+
+    now = time.time()
+    records = failures.entries(include_expired=args.all, now=now)
+    learned = memory.all()
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        payload = {
+            "cache_dir": str(failures.cache_dir),
+            "ttl_s": failures.ttl,
+            "entries": [
+                {**r.to_json(), "age_s": round(r.age(now), 1), "expired": r.age(now) > failures.ttl}
+                for r in records
+            ],
+            "job_memory": [
+                {"module": m.module, "estimate_bytes": m.estimate, "observations": list(m.observations)}
+                for m in learned
+            ],
+        }
+        print(dumps("cache", payload))
+        return EXIT_OK
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from jitguard.cli.report import console
+
+    out = console()
+    if not records:
+        out.print(f"No cached build outcomes in {escape(str(failures.root))}.")
+    else:
+        table = Table(title=f"Build outcomes ({escape(str(failures.root))})", title_justify="left")
+        for column in ("module", "outcome", "codes", "age", "fingerprint", "log"):
+            table.add_column(column)
+        for r in records:
+            age = _age(r.age(now)) + (" (expired)" if r.age(now) > failures.ttl else "")
+            table.add_row(
+                escape(r.module),
+                "[red]failure[/]" if r.failed else "[green]success[/]",
+                escape(", ".join(r.codes)) or "-",
+                age,
+                escape(r.fingerprint[:12]),
+                escape(r.log_path or "-"),
+            )
+        out.print(table)
+        if any(r.failed for r in records):
+            out.print(
+                "A cached failure is not retried until the environment changes or it expires; to retry now:"
+            )
+            out.print("  jitguard cache clear --module <module> --yes")
+    if learned:
+        out.print("Learned memory per compile job:")
+        for m in learned:
+            out.print(
+                f"  {escape(m.module)}: {format_bytes(m.estimate)} ({len(m.observations)} observed builds)"
+            )
+    return EXIT_OK
+
+
+def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
+    what = f"module {args.module}" if args.module else "every module"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError(
+                f"jitguard cache clear would forget the cached outcomes of {what} in {failures.cache_dir}; "
+                "pass --yes to confirm (no terminal to ask on)"
+            )
+        sys.stderr.write(f"Forget the cached build outcomes of {what} in {failures.cache_dir}? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            sys.stderr.write("Nothing removed.\n")
+            return EXIT_OK
+    if args.module:
+        outcomes, learned = failures.forget(args.module), memory.clear(args.module)
+    else:
+        outcomes, learned = failures.clear(), memory.clear()
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        payload = {
+            "cache_dir": str(failures.cache_dir),
+            "module": args.module,
+            "removed_outcomes": outcomes,
+            "removed_job_memory": learned,
+        }
+        print(dumps("cache", payload))
+    else:
+        print(f"Removed {outcomes} cached outcome(s) and {learned} learned memory record(s) for {what}.")
+    return EXIT_OK
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

@@ -1,0 +1,104 @@
+"""`jitguard cache list|clear` on a real cache directory."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from jitguard.cli import main
+from jitguard.findings.model import Finding
+from jitguard.state.failure_cache import FailureCache
+from jitguard.state.job_memory import JobMemoryStore
+
+LIBCUDA = Finding("link-missing-libcuda", "error", "no libcuda", "links -lcuda", ("cannot find -lcuda",))
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FailureCache:
+    monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("JITGUARD_FAILURE_TTL", raising=False)
+    return FailureCache(tmp_path)
+
+
+def test_list_on_an_empty_cache_says_so(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache", "list"]) == 0
+    assert "No cached build outcomes" in capsys.readouterr().out
+
+
+def test_list_shows_each_outcome_with_its_codes(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache.record_failure("gdn_prefill_sm90", "fp1", [LIBCUDA], log_path="/logs/gdn.log")
+    cache.record_success("jitguard_probe", "fp1")
+    JobMemoryStore(cache.cache_dir).observe("gdn_prefill_sm90", 6 * 1024**3)
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "gdn_prefill_sm90" in out and "link-missing-libcuda" in out and "failure" in out
+    assert "jitguard_probe" in out and "success" in out
+    assert "6.0 GiB" in out
+    assert "jitguard cache clear --module" in out
+
+
+def test_list_json_is_the_versioned_envelope(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    cache.record_failure("gdn_prefill_sm90", "fp1", [LIBCUDA])
+    assert main(["cache", "list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "jitguard.cache/1"
+    (entry,) = data["entries"]
+    assert entry["module"] == "gdn_prefill_sm90"
+    assert entry["outcome"] == "failure"
+    assert [f["code"] for f in entry["findings"]] == ["link-missing-libcuda"]
+    assert entry["expired"] is False
+
+
+def test_list_survives_a_corrupt_file(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    cache.record_failure("good", "fp", [LIBCUDA])
+    (cache.root / "bad@0123.json").write_text("{oops")
+    assert main(["cache", "list", "--json"]) == 0
+    assert [e["module"] for e in json.loads(capsys.readouterr().out)["entries"]] == ["good"]
+
+
+def test_clear_yes_removes_everything(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    cache.record_failure("a", "fp", [LIBCUDA])
+    cache.record_failure("b", "fp", [LIBCUDA])
+    (cache.root / "bad@0123.json").write_text("{oops")
+    assert main(["cache", "clear", "--yes"]) == 0
+    assert "Removed 3 cached outcome(s)" in capsys.readouterr().out
+    assert cache.entries() == [] and list(cache.root.iterdir()) == []
+
+
+def test_clear_one_module_keeps_the_others(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    cache.record_failure("a", "fp", [LIBCUDA])
+    cache.record_failure("b", "fp", [LIBCUDA])
+    assert main(["cache", "clear", "--module", "a", "--yes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed_outcomes"] == 1
+    assert [r.module for r in cache.entries()] == ["b"]
+
+
+def test_clear_without_yes_off_a_terminal_is_a_usage_error_and_removes_nothing(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache.record_failure("a", "fp", [LIBCUDA])
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # not a TTY, even though it would say yes
+    assert main(["cache", "clear"]) == 2
+    assert "--yes" in capsys.readouterr().err
+    assert len(cache.entries()) == 1
+
+
+def test_cache_without_an_action_is_a_usage_error(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cache"]) == 2
+    assert "list or clear" in capsys.readouterr().err
+
+
+def test_a_bad_ttl_is_a_usage_error(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JITGUARD_FAILURE_TTL", "forever")
+    assert main(["cache", "list"]) == 2
+    assert "JITGUARD_FAILURE_TTL" in capsys.readouterr().err
