@@ -1,0 +1,95 @@
+"""Prepare the build.ninja the runner runs: the same build, with every rule's command behind the slot
+launcher.
+
+ninja's manifest is line based: a ``rule NAME`` line starts a block of indented ``key = value`` bindings. Each
+``command =`` binding inside a rule block becomes ``command = $jitguard_launch <original>``, and the file
+starts with the definition of ``jitguard_launch`` (``python -m jitguard.build.launcher --slots DIR --count N
+--``). A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's generated files) is covered the same
+way as any other command, so the rewrite works for any ninja project. Rules in ``include``d or ``subninja``
+files are not rewritten; their commands run without a slot.
+
+The copy is written next to the log (never over the original), so the original stays what its generator wrote.
+Output paths are unchanged and ninja runs in the original build directory, so finished objects are shared with
+plain ``ninja`` runs; ninja notices the changed command line and rebuilds an object that plain ``ninja`` built
+before, so the runner first asks the original manifest whether there is anything to do at all
+(``nothing_to_do``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+LAUNCH_VARIABLE = "jitguard_launch"
+_RULE = re.compile(r"^rule\s+\S+")
+_COMMAND = re.compile(r"^(\s+command\s*=\s*)(.*)$")
+
+
+def launcher_prefix(slots_dir: Path, count: int, *, python: str | None = None) -> list[str]:
+    """The argv prefix that runs a command under a host-wide slot."""
+    return [
+        python or sys.executable,
+        "-m",
+        "jitguard.build.launcher",
+        "--slots",
+        str(slots_dir),
+        "--count",
+        str(count),
+        "--",
+    ]
+
+
+def _ninja_escape(text: str) -> str:
+    # In a ninja variable value only '$' is special (and a newline, which a path cannot sensibly hold).
+    return text.replace("$", "$$")
+
+
+def wrap_commands(text: str, prefix: Sequence[str]) -> tuple[str, int]:
+    """``text`` with every rule command behind ``prefix``; returns the new text and the number of rules."""
+    out = [f"{LAUNCH_VARIABLE} = " + _ninja_escape(shlex.join(prefix)), ""]
+    in_rule = False
+    wrapped = 0
+    continued = False
+    for line in text.splitlines():
+        if continued:
+            # The previous line ended with '$' (ninja's line continuation): this line belongs to it.
+            out.append(line)
+            continued = line.endswith("$") and not line.endswith("$$")
+            continue
+        if line and not line[0].isspace():
+            in_rule = bool(_RULE.match(line))
+        elif in_rule:
+            match = _COMMAND.match(line)
+            if match:
+                line = f"{match.group(1)}${LAUNCH_VARIABLE} {match.group(2)}"
+                wrapped += 1
+        out.append(line)
+        continued = line.endswith("$") and not line.endswith("$$")
+    return "\n".join(out) + "\n", wrapped
+
+
+def write_wrapped(original: Path, destination: Path, prefix: Sequence[str]) -> int:
+    """Write the wrapped copy of ``original`` to ``destination``; returns the number of rules wrapped."""
+    text, wrapped = wrap_commands(Path(original).read_text(), prefix)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(text)
+    return wrapped
+
+
+def nothing_to_do(ninja: str, build_dir: Path, manifest: Path, *, timeout: float = 60.0) -> bool:
+    """True when ``ninja -n`` on the original manifest has no work (everything is up to date)."""
+    try:
+        proc = subprocess.run(
+            [ninja, "-n", "-C", str(build_dir), "-f", str(Path(manifest).resolve())],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and "no work to do" in proc.stdout

@@ -1,0 +1,145 @@
+"""What the runner itself observes about out-of-memory kills during one build attempt.
+
+ninja does not report that a child died by a signal, and nvcc survives when its cicc is killed, so the runner
+combines what it can see: the launcher's "killed by signal 9" line, the compilers' own words for a kill or a
+failed allocation, ninja's own exit by SIGKILL, and the ``oom_kill`` counters of every memory cgroup a process
+of the build lived in (cgroup v1 ``memory.oom_control``, v2 ``memory.events``), compared before and after.
+cgroup v1 does not propagate the counter to parents, hence "every cgroup the build's processes were seen in".
+The host-wide ``/proc/vmstat`` counter is kept as evidence only: another process's OOM kill must not turn an
+ordinary compile error into an OOM verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jitguard.build.launcher import KILLED_MARKER
+
+_TEXT = re.compile(
+    re.escape(KILLED_MARKER) + r" 9\b"
+    r"|died due to signal 9"  # nvcc: 'cicc' died due to signal 9 (Kill signal)
+    r"|Killed signal terminated program"  # gcc driver: cc1plus was SIGKILLed
+    r"|^\s*Killed\b"  # the shell's report of a SIGKILLed command
+    r"|out of memory|std::bad_alloc|virtual memory exhausted|memory exhausted|Cannot allocate memory"
+    r"|memory allocation fail",
+    re.IGNORECASE | re.MULTILINE,
+)
+_MAX_EVIDENCE = 6
+
+
+def text_evidence(log_text: str) -> list[str]:
+    """Lines of ``log_text`` that say a job was killed or could not allocate memory."""
+    found: list[str] = []
+    for line in log_text.splitlines():
+        if _TEXT.search(line) and line.strip() not in found:
+            found.append(line.strip())
+            if len(found) >= _MAX_EVIDENCE:
+                break
+    return found
+
+
+def _read_keyed(path: Path) -> dict[str, int]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _cgroup_mounts(proc: Path) -> tuple[list[tuple[Path, str]], Path | None]:
+    """(v1 memory mounts as (mount point, mounted root)), and the v2 mount point."""
+    v1: list[tuple[Path, str]] = []
+    v2: Path | None = None
+    try:
+        text = (proc / "self" / "mountinfo").read_text()
+    except OSError:
+        return v1, v2
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(rest) < 3:
+            continue
+        if rest[0] == "cgroup" and "memory" in rest[2].split(","):
+            v1.append((Path(fields[4]), fields[3]))
+        elif rest[0] == "cgroup2" and v2 is None:
+            v2 = Path(fields[4])
+    return v1, v2
+
+
+@dataclass
+class OomCounters:
+    """``oom_kill`` counters of the memory cgroups a build's processes were seen in, first value vs. now."""
+
+    proc: Path = Path("/proc")
+    baseline: dict[Path, int] = field(default_factory=dict)
+    vmstat_baseline: int | None = None
+
+    def __post_init__(self) -> None:
+        self._v1, self._v2 = _cgroup_mounts(self.proc)
+        self.vmstat_baseline = self._vmstat()
+
+    def _vmstat(self) -> int | None:
+        return _read_keyed(self.proc / "vmstat").get("oom_kill")
+
+    def _counter_files(self, pid: int | str) -> list[Path]:
+        try:
+            text = (self.proc / str(pid) / "cgroup").read_text()
+        except OSError:
+            return []
+        files: list[Path] = []
+        for line in text.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            _, controllers, cg_path = parts
+            if controllers == "" and self._v2 is not None:
+                files.append(self._v2 / cg_path.strip("/") / "memory.events")
+            elif "memory" in controllers.split(","):
+                for mount, mounted_root in self._v1:
+                    relative = cg_path
+                    if mounted_root != "/" and relative.startswith(mounted_root):
+                        relative = relative[len(mounted_root) :]
+                    files.append(mount / relative.strip("/") / "memory.oom_control")
+        return [f for f in files if f.is_file()]
+
+    def watch(self, pids: Iterable[int] | str = "self") -> None:
+        """Start watching the cgroups of ``pids`` (their counters now are the baseline)."""
+        for pid in [pids] if isinstance(pids, str) else pids:
+            for path in self._counter_files(pid):
+                if path not in self.baseline:
+                    value = _read_keyed(path).get("oom_kill")
+                    if value is not None:
+                        self.baseline[path] = value
+
+    def kills(self) -> list[str]:
+        """Evidence lines for every watched cgroup whose oom_kill counter grew."""
+        lines = []
+        for path, before in self.baseline.items():
+            now = _read_keyed(path).get("oom_kill")
+            if now is not None and now > before:
+                lines.append(
+                    f"{path}: oom_kill {before} -> {now} (the kernel killed {now - before} process(es))"
+                )
+        return lines
+
+    def host_kills(self) -> str | None:
+        now = self._vmstat()
+        if now is None or self.vmstat_baseline is None or now <= self.vmstat_baseline:
+            return None
+        return f"/proc/vmstat: oom_kill {self.vmstat_baseline} -> {now} during the build (host-wide)"
+
+    def reset(self) -> None:
+        """New baselines for the next attempt."""
+        for path in list(self.baseline):
+            value = _read_keyed(path).get("oom_kill")
+            if value is not None:
+                self.baseline[path] = value
+        self.vmstat_baseline = self._vmstat()

@@ -1,0 +1,545 @@
+"""The supervised ninja build: memory-bounded, watched, retried at lower parallelism after an OOM kill.
+
+``run_ninja(build_dir, ninja_file, module=..., options=...)`` is what FlashInfer's ``run_ninja`` becomes under
+jitguard, and what ``jitguard build ninja`` runs:
+
+1. nothing to do (the original manifest is up to date): return at once;
+2. plan the parallelism from the memory budget (``build.budget.plan_jobs``: cgroup-aware available memory, the
+   per-job estimate learned for this module or the measured default, the CPU limit) unless jobs are given;
+3. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``build.manifest``,
+   ``build.launcher``, ``build.slots``), in its own session (``build.process_tree``), with the full output in
+   a log file and live progress (``build.progress``);
+4. watch it: overall timeout; stall watchdog (no output and no CPU for ``stall_timeout``, unless the build
+   only waits for slots that other processes hold); the memory of the whole tree;
+5. on an OOM kill (``build.oom``), run again with half the jobs (ninja keeps what finished) down to one;
+6. on success record the per-job peak memory for the next plan; on failure raise ``BuildFailed`` with the
+   classified findings and the log path. Whatever happens, no process of the build outlives the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from jitguard.build import manifest, process_tree, slots
+from jitguard.build.oom import OomCounters, text_evidence
+from jitguard.build.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
+from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
+from jitguard.errors import BuildFailed, UsageError
+from jitguard.findings.model import Finding
+
+LOG = logging.getLogger("jitguard.build")
+
+_TICK = 0.25  # seconds between samples of the tree
+_CPU_ACTIVE = 0.01  # a tree using more than 1% of one CPU is working, not hung
+_TAIL_LINES = 6
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to run one build. ``None`` means "decide from the memory budget / the environment"."""
+
+    jobs: int | None = None
+    memory_budget: MemorySpec | None = None
+    job_memory: int | None = None
+    timeout: float = 3600
+    stall_timeout: float = 600
+    slots_dir: Path | None = None
+    # Additions beyond the agreed contract, all with defaults:
+    progress: str = "auto"  # auto | bar | log | none (see build.progress)
+    progress_interval: float = 15.0  # seconds between progress log lines
+    cache_dir: Path | None = None  # logs, slots and learned job memory; default: jitguard's cache dir
+    backend: str = "any"  # the ``backend`` of the findings a failure produces
+    ninja: str | None = None  # the ninja executable; default: the one on PATH
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> BuildOptions:
+        """Options from JITGUARD_* settings (budget, job memory, timeouts, cache dir), then ``overrides``."""
+        base: dict[str, Any] = {
+            "memory_budget": settings.memory_budget,
+            "job_memory": settings.job_memory,
+            "timeout": settings.build_timeout,
+            "stall_timeout": settings.stall_timeout,
+            "cache_dir": settings.cache_dir,
+        }
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build. ``attempts`` is 0 when ninja had nothing to do."""
+
+    module: str
+    log_path: Path
+    jobs: int
+    attempts: int
+    wall_s: float
+    peak_rss_bytes: int
+    # Additions beyond the agreed contract:
+    budget_bytes: int | None = None
+    job_memory: int | None = None
+    peak_job_rss_bytes: int = 0
+    plan_reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "log_path": str(self.log_path),
+            "jobs": self.jobs,
+            "attempts": self.attempts,
+            "wall_s": round(self.wall_s, 3),
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "budget_bytes": self.budget_bytes,
+            "job_memory": self.job_memory,
+            "peak_job_rss_bytes": self.peak_job_rss_bytes,
+            "plan_reason": self.plan_reason,
+        }
+
+
+@dataclass
+class _Attempt:
+    """What one ninja run did."""
+
+    jobs: int
+    returncode: int | None = None
+    ended: str = "done"  # done | timeout | stalled | interrupted
+    text: list[str] = field(default_factory=list)
+    peak_rss: int = 0
+    peak_job_rss: int = 0
+    oom_evidence: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    jobs: int
+    budget_bytes: int | None
+    job_memory: int | None
+    reason: str
+
+
+# -- planning ----------------------------------------------------------------------------------------------
+
+
+def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
+    job_memory = options.job_memory
+    if job_memory is None:
+        with contextlib.suppress(Exception):  # a learned estimate is a help, never a reason to fail
+            from jitguard.state.job_memory import JobMemoryStore
+
+            job_memory = JobMemoryStore(cache_dir).estimate(module)
+    from jitguard.facts import memory
+
+    facts = memory.probe()
+    try:
+        from jitguard.build.budget import plan_jobs
+    except ImportError:  # the budget module lands separately; until then a plain memory / CPU division
+        return _fallback_plan(facts, options, job_memory)
+    plan = plan_jobs(facts, budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs)
+    return _Plan(max(1, int(plan.jobs)), plan.budget_bytes, plan.job_memory, str(plan.reason))
+
+
+def _fallback_plan(facts: Any, options: BuildOptions, job_memory: int | None) -> _Plan:
+    cpus = int(getattr(facts, "cpu_limit", None) or os.cpu_count() or 1)
+    available = getattr(facts, "available", None)
+    per_job = job_memory or int(5.7 * 1024**3)
+    budget = options.memory_budget.resolve(available) if options.memory_budget and available else available
+    if options.jobs is not None:
+        return _Plan(options.jobs, budget, per_job, f"{options.jobs} jobs requested")
+    by_memory = max(1, budget // per_job) if budget else cpus
+    jobs = max(1, min(cpus, by_memory))
+    reason = f"{jobs} jobs: budget {format_bytes(budget or 0)} / {format_bytes(per_job)} per job, {cpus} CPUs"
+    return _Plan(jobs, budget, per_job, reason)
+
+
+# -- the public entry point --------------------------------------------------------------------------------
+
+
+def default_log_path(cache_dir: Path, module: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in module)[:80] or "build"
+    return Path(cache_dir) / "logs" / f"{safe}-{stamp}-{os.getpid()}.log"
+
+
+def run_ninja(
+    build_dir: Path,
+    ninja_file: Path,
+    *,
+    module: str,
+    options: BuildOptions,
+    log_path: Path | None = None,
+) -> BuildResult:
+    """Build ``ninja_file`` in ``build_dir`` under supervision. Raises ``BuildFailed`` on failure."""
+    build_dir = Path(build_dir)
+    ninja_file = Path(ninja_file)
+    if not ninja_file.is_file():
+        raise UsageError(
+            f"{ninja_file} is not a ninja build file (it does not exist). Give the path of a build.ninja."
+        )
+    if options.timeout <= 0 or options.stall_timeout <= 0:
+        raise UsageError("the build timeout and stall timeout must be positive durations, e.g. 600 or 10m")
+    if options.jobs is not None and options.jobs < 1:
+        raise UsageError(f"--jobs {options.jobs}: the number of jobs must be at least 1 (or 'auto')")
+    cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
+    log_path = Path(log_path) if log_path else default_log_path(cache_dir, module)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    ninja = options.ninja or shutil.which("ninja")
+    if not ninja:
+        finding = _finding(
+            "ninja-missing",
+            options.backend,
+            ["ninja was not found on PATH"],
+            log_path=log_path,
+            module=module,
+        )
+        log_path.write_text("jitguard: ninja was not found on PATH\n")
+        raise BuildFailed(module, [finding], str(log_path), "ninja is not installed")
+
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        _note(log, f"building {module}: {ninja_file} in {build_dir}")
+        if manifest.nothing_to_do(ninja, build_dir, ninja_file):
+            _note(log, "ninja: no work to do")
+            return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
+        plan = _plan(options, module, cache_dir)
+        _note(log, f"plan: {plan.reason}")
+        slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
+        reporter = make_reporter(options.progress, interval=options.progress_interval)
+        try:
+            return _build(
+                module=module,
+                build_dir=build_dir,
+                ninja_file=ninja_file,
+                ninja=ninja,
+                plan=plan,
+                options=options,
+                slots_dir=slots_dir,
+                log=log,
+                log_path=log_path,
+                cache_dir=cache_dir,
+                reporter=reporter,
+                started=started,
+            )
+        finally:
+            reporter.close()
+
+
+def _build(
+    *,
+    module: str,
+    build_dir: Path,
+    ninja_file: Path,
+    ninja: str,
+    plan: _Plan,
+    options: BuildOptions,
+    slots_dir: Path,
+    log: IO[bytes],
+    log_path: Path,
+    cache_dir: Path,
+    reporter: Reporter,
+    started: float,
+) -> BuildResult:
+    deadline = started + options.timeout
+    wrapped = log_path.with_suffix(".ninja")
+    jobs = plan.jobs
+    peak_rss = 0
+    peak_job = 0
+    counters = OomCounters()
+    counters.watch("self")
+    attempt_no = 0
+    reporter.message(f"jitguard: building {module} with {jobs} job{'s' if jobs != 1 else ''} ({plan.reason})")
+    while True:
+        attempt_no += 1
+        manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix(slots_dir, jobs))
+        counters.reset()
+        attempt = _run_attempt(
+            ninja=ninja,
+            build_dir=build_dir,
+            wrapped=wrapped,
+            slots_dir=slots_dir,
+            jobs=jobs,
+            attempt_no=attempt_no,
+            module=module,
+            options=options,
+            deadline=deadline,
+            log=log,
+            reporter=reporter,
+            counters=counters,
+        )
+        peak_rss = max(peak_rss, attempt.peak_rss)
+        peak_job = max(peak_job, attempt.peak_job_rss)
+        if attempt.ended == "done" and attempt.returncode == 0:
+            wall = time.monotonic() - started
+            _note(log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
+            reporter.message(
+                f"jitguard: built {module} in {wall:.0f} s (attempt {attempt_no}, "
+                f"{jobs} jobs, peak memory {format_bytes(peak_rss)})"
+            )
+            _learn(cache_dir, module, peak_job)
+            return BuildResult(
+                module,
+                log_path,
+                jobs,
+                attempt_no,
+                wall,
+                peak_rss,
+                plan.budget_bytes,
+                plan.job_memory,
+                peak_job,
+                plan.reason,
+            )
+        if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
+            jobs = max(1, jobs // 2)
+            message = (
+                f"jitguard: a compile job of {module} was killed for lack of memory "
+                f"({attempt.oom_evidence[0]}); retrying with {jobs} job{'s' if jobs != 1 else ''} "
+                "(finished objects are kept)"
+            )
+            _note(log, message)
+            reporter.message(message)
+            continue
+        _note(log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
+        findings, detail = _diagnose(attempt, module=module, options=options, log_path=log_path)
+        raise BuildFailed(module, findings, str(log_path), detail)
+
+
+def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
+    with contextlib.suppress(Exception):  # learning is best effort; a read-only cache must not fail a build
+        from jitguard.state.job_memory import JobMemoryStore
+
+        JobMemoryStore(cache_dir).observe(module, peak_job)
+
+
+# -- one ninja run -----------------------------------------------------------------------------------------
+
+
+def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> None:
+    """Copy ninja's output to the log, line by line, and hand each line to the supervisor."""
+    try:
+        for raw in iter(stream.readline, b""):
+            log.write(raw)
+            log.flush()
+            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+    except (OSError, ValueError):
+        pass
+    finally:
+        lines.put(None)
+
+
+def _run_attempt(
+    *,
+    ninja: str,
+    build_dir: Path,
+    wrapped: Path,
+    slots_dir: Path,
+    jobs: int,
+    attempt_no: int,
+    module: str,
+    options: BuildOptions,
+    deadline: float,
+    log: IO[bytes],
+    reporter: Reporter,
+    counters: OomCounters,
+) -> _Attempt:
+    argv = [ninja, "-C", str(build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
+    _note(log, f"attempt {attempt_no}: {' '.join(argv)}")
+    env = dict(os.environ, NINJA_STATUS=NINJA_STATUS)
+    attempt = _Attempt(jobs=jobs)
+    progress = BuildProgress(module=module, jobs=jobs, attempt=attempt_no)
+    tree = process_tree.ProcessTree.start(argv, env=env)
+    assert tree.popen.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    pump = threading.Thread(target=_pump, args=(tree.popen.stdout, log, lines), daemon=True)
+    pump.start()
+    last_activity = time.monotonic()
+    last_cpu: float | None = None
+    last_sample = 0.0
+    watched: set[int] = set()
+    output_done = False
+    try:
+        while True:
+            # Drain output; a line is activity, a [k/n] line is progress.
+            try:
+                line = lines.get(timeout=_TICK)
+                while True:
+                    if line is None:
+                        output_done = True
+                    else:
+                        attempt.text.append(line)
+                        progress.feed(line)
+                        last_activity = time.monotonic()
+                    line = lines.get_nowait()
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if now - last_sample >= _TICK:
+                last_sample = now
+                sample = tree.sample()
+                progress.rss_bytes = sample.rss_bytes
+                progress.peak_rss_bytes = max(progress.peak_rss_bytes, sample.rss_bytes)
+                attempt.peak_rss = progress.peak_rss_bytes
+                if sample.job_rss:
+                    attempt.peak_job_rss = max(attempt.peak_job_rss, max(sample.job_rss.values()))
+                new = sample.pids - watched
+                if new:
+                    counters.watch(new)
+                    watched |= new
+                if last_cpu is not None and sample.cpu_seconds - last_cpu >= _CPU_ACTIVE * _TICK:
+                    last_activity = now
+                last_cpu = sample.cpu_seconds
+            returncode = tree.poll()
+            if returncode is not None and (output_done or not pump.is_alive()):
+                attempt.returncode = returncode
+                break
+            if now >= deadline:
+                attempt.ended = "timeout"
+                break
+            if now - last_activity >= options.stall_timeout:
+                if _waiting_for_foreign_slot(tree, slots_dir):
+                    progress.waiting_for_slot = True
+                    last_activity = now
+                else:
+                    attempt.ended = "stalled"
+                    break
+            reporter.update(progress)
+    except KeyboardInterrupt:
+        tree.kill()
+        _note(log, "interrupted (KeyboardInterrupt): every process of the build was stopped")
+        raise KeyboardInterrupt(f"build of {module} interrupted; full log: {log.name}") from None
+    finally:
+        if attempt.ended != "done":
+            tree.kill()
+        else:
+            tree.finish()
+        pump.join(timeout=5)
+        # Lines that arrived after the last drain.
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                attempt.text.append(line)
+                progress.feed(line)
+        reporter.update(progress)
+    if attempt.ended == "done" and attempt.returncode != 0:
+        attempt.oom_evidence = _oom_evidence(attempt, counters)
+    return attempt
+
+
+def _waiting_for_foreign_slot(tree: process_tree.ProcessTree, slots_dir: Path) -> bool:
+    """True when a launcher of this build waits for a slot that a process outside the build holds.
+
+    Such a build is not hung: another build on the host uses the compile slots, and the overall timeout still
+    bounds the wait.
+    """
+    members = tree.members(include_session=False)
+    pids = {p.pid for p in members}
+    waiting = False
+    for proc in members:
+        try:
+            if "jitguard.build.launcher" in " ".join(proc.cmdline()) and not proc.children():
+                waiting = True
+                break
+        except Exception:
+            continue
+    if not waiting:
+        return False
+    return any(pid not in pids for pid in slots.holders(slots_dir).values())
+
+
+def _oom_evidence(attempt: _Attempt, counters: OomCounters) -> list[str]:
+    evidence = text_evidence("\n".join(attempt.text))
+    evidence += counters.kills()
+    if attempt.returncode in (-9, 137):
+        evidence.append(f"ninja itself was killed by SIGKILL (exit status {attempt.returncode})")
+    if evidence:
+        host = counters.host_kills()
+        if host:
+            evidence.append(host)
+    return evidence
+
+
+# -- diagnosis ---------------------------------------------------------------------------------------------
+
+
+def _finding(code: str, backend: str, evidence: list[str], **params: Any) -> Finding:
+    """A finding from the catalog; an entry another area has not written yet degrades to build-failed."""
+    from jitguard.findings.catalog import CATALOG, make
+
+    if code not in CATALOG:
+        params.setdefault("returncode", "n/a")
+        code = "build-failed"
+    return make(code, backend=backend, evidence=evidence, **params)
+
+
+def _tail(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.strip()][-_TAIL_LINES:]
+
+
+def _classify(text: str, returncode: int | None, backend: str, **params: Any) -> list[Finding]:
+    try:
+        from jitguard.findings.classify import classify
+    except ImportError:  # the classifier lands separately; until then every failure is build-failed
+        return [_finding("build-failed", backend, _tail(text.splitlines()), returncode=returncode, **params)]
+    return classify(text, returncode, backend=backend, **params)
+
+
+def _diagnose(
+    attempt: _Attempt, *, module: str, options: BuildOptions, log_path: Path
+) -> tuple[list[Finding], str]:
+    params: dict[str, Any] = {"module": module, "log_path": str(log_path), "jobs": attempt.jobs}
+    backend = options.backend
+    progress = BuildProgress(module=module)
+    for line in attempt.text:
+        progress.feed(line)
+    if attempt.ended == "timeout":
+        finding = _finding(
+            "build-timeout", backend, _tail(attempt.text), timeout=f"{options.timeout:g} s", **params
+        )
+        return [finding], f"timed out after {options.timeout:g} s at step {progress.steps}"
+    if attempt.ended == "stalled":
+        finding = _finding(
+            "build-stalled",
+            backend,
+            _tail(attempt.text),
+            stall_timeout=f"{options.stall_timeout:g} s",
+            progress=progress.steps,
+            **params,
+        )
+        return [finding], f"no output and no CPU use for {options.stall_timeout:g} s at step {progress.steps}"
+    text = "\n".join(attempt.text)
+    if attempt.oom_evidence:
+        oom = _finding("build-oom-killed", backend, attempt.oom_evidence, **params)
+        others = [
+            f
+            for f in _classify(text, attempt.returncode, backend, **params)
+            if f.code not in ("build-oom-killed", "build-failed")
+        ]
+        return [oom, *others], f"a compile job was killed for lack of memory even with {attempt.jobs} job(s)"
+    if attempt.returncode in (-2, -15, -1, 130, 143) or "interrupted by user" in text:
+        signal_name = {-2: "SIGINT", -15: "SIGTERM", -1: "SIGHUP", 130: "SIGINT", 143: "SIGTERM"}.get(
+            attempt.returncode or 0, "a signal"
+        )
+        finding = _finding("build-interrupted", backend, _tail(attempt.text), signal=signal_name, **params)
+        return [finding], "interrupted"
+    findings = _classify(text, attempt.returncode, backend, **params)
+    if not findings:
+        findings = [
+            _finding("build-failed", backend, _tail(attempt.text), returncode=attempt.returncode, **params)
+        ]
+    return findings, f"ninja exited with status {attempt.returncode}"
+
+
+def _note(log: IO[bytes], text: str) -> None:
+    """A line of jitguard's own in the build log (prefixed, so it is told apart from ninja's output)."""
+    log.write(f"jitguard: {text}\n".encode())
+    log.flush()
