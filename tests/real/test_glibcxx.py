@@ -164,6 +164,15 @@ def test_runtime_older_warning_and_its_ld_preload_fix_makes_the_load_succeed(fau
     assert fixed.returncode == 0, fixed.stderr
 
 
+def test_a_prebuilt_module_is_checked_exactly_instead_of_the_toolchain(fault: SimpleNamespace) -> None:
+    env = {**_stub_env(fault), "PATH": str(fault.work / "no-tools"), "CXX": "/nonexistent/c++"}
+    tc = toolchain.probe(env)
+    facts = _facts(tc, libstdcxx.probe(tc, env))
+    facts.flashinfer.prebuilt_gdn = fault.module
+    findings = checks_toolchain.check(facts, "flashinfer")
+    assert [f.code for f in findings] == ["so-glibcxx-missing"]  # no compiler needed, but the load would fail
+
+
 def test_probe_on_this_machine_reads_the_compilers_libstdcxx_versions() -> None:
     tc = toolchain.probe()
     lib = libstdcxx.probe(tc)
