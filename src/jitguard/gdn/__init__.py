@@ -1,8 +1,8 @@
 """The GDN (Gated DeltaNet) prefill op with one calling convention over FlashInfer, FLA (Triton) and PyTorch,
 automatic fallback or strict mode, and an explainable decision. See docs/gdn.md.
 
-``import jitguard.gdn`` imports neither torch nor any backend library; they load on first use. Resolution lives
-in the module ``jitguard.gdn.resolve`` (``resolve.resolve(...)``, ``resolve.backend_status(...)``).
+``import jitguard.gdn`` imports neither torch nor any backend library; they load on first use.
+Resolution lives in the module ``jitguard.gdn.resolve`` (``resolve(...)``, ``backend_status(...)``).
 """
 
 from __future__ import annotations

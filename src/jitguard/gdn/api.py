@@ -46,11 +46,11 @@ def chunk_gated_delta_rule(
         GdnInputError (a UsageError and a ValueError): bad input, with what to do.
         BackendUnavailable: a named backend cannot run here; carries the findings.
     """
-    T, hq, hk, hv, d, _ = check_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+    _, hq, hk, hv, d, _ = check_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
     if backend != "auto":
         backend = check_backend_name(backend)
     dispatcher = resolution._DISPATCHER or resolution.dispatcher()
-    return dispatcher.call(  # type: ignore[no-any-return]
+    return dispatcher.call(
         backend,
         (q.device.type, q.dtype, d, hq, hk, hv),
         (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.errors import BackendUnavailable, JitguardError, UsageError
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding, sort_findings
-from jitguard.gdn.backends import ORDER, GdnBackend, default_backends
+from jitguard.gdn.backends import GdnBackend, default_backends
 from jitguard.gdn.convention import QWEN35_SPEC, CallSpec
 
 if TYPE_CHECKING:
@@ -183,15 +184,14 @@ class Environment:
         return found
 
     def _cached_failure(self, backend: GdnBackend, module: str) -> list[Finding]:
-        from jitguard.state.failure_cache import FailureCache
-
         fingerprint = self.facts().fingerprint
-        record = FailureCache(self.cache_dir).get(module, fingerprint)
+        record = _failure_cache(self.cache_dir).get(module, fingerprint)
         if record is None:
             return []
         previous = tuple(getattr(record, "findings", ()) or ())
         codes = ", ".join(f.code for f in previous) or "no findings recorded"
-        when = getattr(record, "recorded_at", None) or getattr(record, "time", None)
+        created = getattr(record, "created", None)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else None
         evidence = [f"[{f.code}] {f.title}" for f in previous]
         if getattr(record, "log_path", None):
             evidence.append(f"log: {record.log_path}")
@@ -216,9 +216,7 @@ class Environment:
         module = backend.MODULE
 
         def write() -> list[Finding]:
-            from jitguard.state.failure_cache import FailureCache
-
-            FailureCache(self.cache_dir).record_failure(
+            _failure_cache(self.cache_dir).record_failure(
                 module, self.facts().fingerprint, list(findings), log_path
             )
             return []
@@ -254,7 +252,7 @@ class Dispatcher:
 
     def __init__(self, backends: Sequence[GdnBackend] | None = None, environment: Environment | None = None):
         self.backends: dict[str, GdnBackend] = {b.NAME: b for b in (backends or default_backends())}
-        self.order = [n for n in ORDER if n in self.backends] + [n for n in self.backends if n not in ORDER]
+        self.order = list(self.backends)  # auto tries them in the order given (default: ORDER)
         self.environment = environment or Environment()
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._failed: dict[str, tuple[Finding, ...]] = {}  # first-use failures in this process
@@ -433,6 +431,12 @@ class Dispatcher:
             self._logged.clear()
             self._setting = None
             self.environment.clear()
+
+
+def _failure_cache(cache_dir: Path) -> Any:
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
+
+    return FailureCache(cache_dir, ttl=ttl_from_env())
 
 
 def _summary(findings: Sequence[Finding]) -> str:

@@ -33,16 +33,24 @@ def _fail(message: str) -> GdnInputError:
     return GdnInputError(message)
 
 
-def _float_dtypes() -> tuple[Any, ...]:
+# torch types, bound on first use so that importing this module does not import torch.
+_Tensor: Any = None
+_FLOATS: tuple[Any, ...] = ()
+_INTS: tuple[Any, ...] = ()
+_F32: Any = None
+
+
+def _bind_torch() -> None:
+    global _Tensor, _FLOATS, _INTS, _F32
     import torch
 
-    return (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    _Tensor, _F32 = torch.Tensor, torch.float32
+    _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    _INTS = (torch.int32, torch.int64)
 
 
 def _shape(name: str, t: Any, ndim: int, hint: str) -> tuple[int, ...]:
-    import torch
-
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, _Tensor):
         raise _fail(f"{name} must be a torch.Tensor {hint}, got {type(t).__name__}.")
     shape = tuple(t.shape)
     if len(shape) != ndim:
@@ -61,6 +69,8 @@ def check_call(
     initial_state: torch.Tensor | None,
 ) -> tuple[int, int, int, int, int, int]:
     """Validate one call. Returns ``(T, Hq, Hk, Hv, D, N)``; raises ``GdnInputError``."""
+    if _Tensor is None:
+        _bind_torch()
     T, Hq, D = _shape("q", q, 3, "[T, Hq, D] (packed varlen; flatten a [B, T, H, D] batch to [B*T, H, D])")
     Tk, Hk, Dk = _shape("k", k, 3, "[T, Hk, D]")
     Tv, Hv, Dv = _shape("v", v, 3, "[T, Hv, D]")
@@ -68,14 +78,14 @@ def check_call(
         raise _fail(f"q, k and v must have the same number of tokens T, got {T}, {Tk} and {Tv}.")
     if not D == Dk == Dv:
         raise _fail(f"q, k and v must have the same head size D, got {D}, {Dk} and {Dv}.")
-    if head_layout(Hq, Hk, Hv) is None:
+    if not (Hq == Hk == Hv) and head_layout(Hq, Hk, Hv) is None:
         raise _fail(
             f"head counts q/k/v = {Hq}/{Hk}/{Hv} are not supported: use Hq == Hk with Hv a multiple of Hq "
             f"(GVA, e.g. Qwen3.5's 16/16/32), or Hk == Hv with Hq a multiple of Hk (GQA)."
         )
     H = Hq if Hq > Hv else Hv
     dtype = q.dtype
-    if dtype not in _float_dtypes():
+    if dtype not in _FLOATS:
         raise _fail(f"q must be float16, bfloat16, float32 or float64, got {dtype}.")
     if k.dtype != dtype or v.dtype != dtype:
         raise _fail(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}.")
@@ -83,17 +93,15 @@ def check_call(
     if k.device != device or v.device != device:
         raise _fail(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}.")
     for name, t in (("g", g), ("beta", beta)):
-        shape = _shape(name, t, 2, f"[T, max(Hq, Hv)] = [{T}, {H}]")
-        if shape != (T, H):
+        if not isinstance(t, _Tensor) or tuple(t.shape) != (T, H):
+            shape = _shape(name, t, 2, f"[T, max(Hq, Hv)] = [{T}, {H}]")
             raise _fail(f"{name} must have shape [T, max(Hq, Hv)] = [{T}, {H}], got {list(shape)}.")
-        if t.dtype not in _float_dtypes():
+        if t.dtype not in _FLOATS:
             raise _fail(f"{name} must be a floating-point tensor (float32 recommended), got {t.dtype}.")
         if t.device != device:
             raise _fail(f"{name} must be on the device of q ({device}), got {t.device}.")
     N = _check_cu_seqlens(cu_seqlens, T, device)
     if initial_state is not None:
-        import torch
-
         shape = _shape("initial_state", initial_state, 4, f"[N, H, V, K] = [{N}, {H}, {D}, {D}]")
         if shape != (N, H, D, D):
             raise _fail(
@@ -101,7 +109,7 @@ def check_call(
                 f"got {list(shape)}. The state is value-major ([V, K], FlashInfer/vLLM layout); "
                 f"transpose an FLA [K, V] state with .transpose(-1, -2)."
             )
-        if initial_state.dtype != torch.float32:
+        if initial_state.dtype != _F32:
             raise _fail(
                 f"initial_state must be float32, got {initial_state.dtype}: use initial_state.float()."
             )
@@ -118,11 +126,9 @@ def check_call(
 
 
 def _check_cu_seqlens(cu_seqlens: Any, T: int, device: Any) -> int:
-    import torch
-
     hint = "[N + 1] with the sequence boundaries, e.g. torch.tensor([0, 5, 12]) for lengths 5 and 7"
     (n1,) = _shape("cu_seqlens", cu_seqlens, 1, hint)
-    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+    if cu_seqlens.dtype not in _INTS:
         raise _fail(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}.")
     if n1 < 2:
         raise _fail(f"cu_seqlens must hold at least 2 entries (one sequence), got {n1}.")

@@ -29,9 +29,12 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "{previous}. It is not tried again until something in the environment changes."
         ),
         fixes=(
-            FixTemplate("Fix the cause recorded with the failure (see `jitguard cache` for the entry)."),
             FixTemplate(
-                "Forget the failure to make jitguard try again now:", "jitguard cache forget {module}"
+                "Fix the cause recorded with the failure; the entry is listed by:", "jitguard cache list"
+            ),
+            FixTemplate(
+                "Forget the failure to make jitguard try again now:",
+                "jitguard cache clear --module {module} --yes",
             ),
         ),
         area=_AREA,

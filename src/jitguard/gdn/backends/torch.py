@@ -99,7 +99,7 @@ def _chunked(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
-    device = q.device
+    device, out_dtype = q.device, q.dtype
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     T, _, D = q.shape
     H = max(q.shape[1], v.shape[1])
@@ -125,7 +125,7 @@ def _chunked(
     state = torch.zeros(N, H, D, D, dtype=work, device=device)  # [K, V] per head, sorted order
     if initial_state is not None:
         state.copy_(initial_state[order].transpose(-1, -2))
-    out = torch.empty(T, H, D, dtype=q.dtype, device=device)
+    out = torch.empty(T, H, D, dtype=out_dtype, device=device)
     if not starts:
         return out, _unsort(state, order).transpose(-1, -2).float().contiguous()
 
