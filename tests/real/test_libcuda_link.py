@@ -227,3 +227,24 @@ def test_no_compiler_is_a_fact_not_an_exception(base_env: dict[str, str]) -> Non
     link, _ = _probe({**base_env, "CXX": "/nonexistent/bin/g++"})
     assert link.error is not None and "/nonexistent/bin/g++" in link.error
     assert (link.cuda.status, link.cudart.status) == ("not-run", "not-run")
+
+
+def test_a_classified_link_log_gets_the_same_filled_fix_from_the_facts(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    from jitguard.findings.classify import classify
+
+    conda = tmp_path / "conda"
+    stub_dir = _stub_libcuda(conda / "lib" / "stubs")
+    env = {**base_env, "CONDA_PREFIX": str(conda)}
+    tc = toolchain.probe(env)
+    facts = SimpleNamespace(toolchain=tc, link=libcuda.probe(tc, env), libstdcxx=libstdcxx.probe(tc, env))
+    log = f"{facts.link.cuda.command_line}\n{facts.link.cuda.output}"
+
+    params = checks_toolchain.params_for("link-missing-libcuda", facts)  # type: ignore[arg-type]
+    classified = [checks_toolchain.drop_unfilled_fixes(f) for f in classify(log, 1, **params)]
+    finding = _finding(classified, "link-missing-libcuda")
+    assert (
+        finding.fixes[0].command
+        == f'export FLASHINFER_EXTRA_LDFLAGS="$FLASHINFER_EXTRA_LDFLAGS -L{stub_dir}"'
+    )

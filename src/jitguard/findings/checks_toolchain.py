@@ -154,8 +154,31 @@ def check_built_library(
     ]
 
 
-# --- parameters: public so the log classifier can fill the same fixes from the same facts
-# ----------------------
+# Parameters: public so the log classifier can fill the same fixes from the same facts.
+
+
+def params_for(code: str, facts: Facts) -> dict[str, Any]:
+    """Template fields for a toolchain ``code`` from the facts, for findings built elsewhere (e.g. from a
+    build log by ``classify``): ``make(code, evidence=..., **params_for(code, facts))``, then
+    ``drop_unfilled_fixes``."""
+    tc, link, lib = facts.toolchain, facts.link, facts.libstdcxx
+    if code in ("link-missing-libcuda", "link-missing-libcudart"):
+        return link_params(code.removeprefix("link-missing-lib"), link, tc)
+    if code == "nvcc-missing":
+        return nvcc_params(tc)
+    if code == "nvcc-too-old":
+        return nvcc_params(tc, newer=True)
+    if code == "cuda-headers-missing":
+        return header_params(tc)
+    if code == "cxx-missing":
+        return cxx_params(tc)
+    if code == "ninja-missing":
+        return {"path": tc.search_path}
+    if code == "libstdcxx-runtime-older":
+        return libstdcxx_params(lib, tc)
+    if code == "so-glibcxx-missing":
+        return glibcxx_fix_params(lib.missing_in_runtime, lib, tc.cxx_alternatives)
+    return {}
 
 
 def link_params(library: str, link: LinkFacts, tc: ToolchainFacts) -> dict[str, Any]:
@@ -268,8 +291,7 @@ def drop_unfilled_fixes(finding: Finding) -> Finding:
     return _finish(finding)
 
 
-# --- helpers
-# ------------------------------------------------------------------------------------------------------
+# Helpers.
 
 
 def _finish(finding: Finding) -> Finding:
