@@ -146,3 +146,7 @@ def _open_elf(path: str | os.PathLike[str]) -> Iterator[Any]:
         raise ElfReadError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (ELFError, ValueError, KeyError, IndexError, AssertionError) as exc:
         raise ElfReadError(f"{path} is not a readable ELF file: {exc}") from exc
+    except ElfReadError:
+        raise
+    except Exception as exc:  # a damaged file can trip any corner of the parser; it is still just unreadable
+        raise ElfReadError(f"{path} is not a readable ELF file: {type(exc).__name__}: {exc}") from exc

@@ -83,3 +83,11 @@ def test_a_file_that_is_not_elf_raises_elf_read_error(tmp_path: Path) -> None:
 def test_a_missing_file_raises_elf_read_error(tmp_path: Path) -> None:
     with pytest.raises(elf.ElfReadError, match="cannot read"):
         elf.needed_versions(tmp_path / "absent.so")
+
+
+def test_a_truncated_elf_file_raises_elf_read_error(tmp_path: Path) -> None:
+    truncated = tmp_path / "libtruncated.so"
+    truncated.write_bytes(_system_libstdcxx().read_bytes()[:3000])
+    for reader in (elf.defined_versions, elf.needed_versions, elf.dynamic_info):
+        with pytest.raises(elf.ElfReadError):
+            reader(truncated)
