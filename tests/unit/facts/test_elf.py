@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,9 +68,19 @@ def test_dynamic_info_reads_soname_and_needed() -> None:
     assert "libc.so.6" in info.needed
 
 
-def test_dynamic_info_expands_origin_in_the_interpreters_search_paths() -> None:
-    info = elf.dynamic_info(sys.executable)
-    assert not any("$ORIGIN" in p for p in info.rpath + info.runpath)
+@pytest.mark.parametrize(
+    ("dtags", "field"), [("--disable-new-dtags", "rpath"), ("--enable-new-dtags", "runpath")]
+)
+def test_dynamic_info_expands_origin_in_rpath_and_runpath(tmp_path: Path, dtags: str, field: str) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    out = tmp_path / "sub" / "liba.so"
+    out.parent.mkdir()
+    argv = ["gcc", "-shared", "-fPIC", f"-Wl,{dtags}", "-Wl,-rpath,$ORIGIN/../lib", "a.c", "-o", str(out)]
+    subprocess.run(argv, cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    info = elf.dynamic_info(out)
+    assert getattr(info, field) == (f"{out.parent.resolve()}/../lib",)
 
 
 def test_a_file_that_is_not_elf_raises_elf_read_error(tmp_path: Path) -> None:
