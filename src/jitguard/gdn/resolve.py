@@ -166,22 +166,27 @@ class Environment:
         with self._lock:
             cached = self._statuses.get(name)
             if cached is None:
-                findings = self._diagnose(backend)
+                findings = self.preflight(backend) + self.cached_failures(backend)
                 usable = not any(f.severity == "error" for f in findings)
                 cached = self._statuses[name] = BackendStatus(name, usable, tuple(sort_findings(findings)))
             return cached
 
-    def _diagnose(self, backend: GdnBackend) -> list[Finding]:
-        def preflight() -> list[Finding]:
+    def preflight(self, backend: GdnBackend) -> list[Finding]:
+        """The pre-flight checks' findings for this backend on this process's facts."""
+
+        def run() -> list[Finding]:
             from jitguard.findings.checks import preflight as run_checks
 
             return list(run_checks(self.facts(), backend.NAME))
 
-        found = _guarded(backend.NAME, backend.TITLE, preflight)
-        if backend.MODULE is not None:
-            module = backend.MODULE
-            found += _guarded(backend.NAME, backend.TITLE, lambda: self._cached_failure(backend, module))
-        return found
+        return _guarded(backend.NAME, backend.TITLE, run)
+
+    def cached_failures(self, backend: GdnBackend) -> list[Finding]:
+        """A gdn-cached-failure finding when the failure cache holds a failure of this backend here."""
+        module = backend.MODULE
+        if module is None:
+            return []
+        return _guarded(backend.NAME, backend.TITLE, lambda: self._cached_failure(backend, module))
 
     def _cached_failure(self, backend: GdnBackend, module: str) -> list[Finding]:
         fingerprint = self.facts().fingerprint
