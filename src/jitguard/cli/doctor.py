@@ -33,7 +33,9 @@ def configure(subparsers: Any) -> None:
         choices=BACKEND_CHOICES,
         help="backend to check (default: all)",
     )
-    parser.add_argument("--json", action="store_true", help="emit the versioned JSON envelope instead of the report")
+    parser.add_argument(
+        "--json", action="store_true", help="emit the versioned JSON envelope instead of the report"
+    )
     parser.add_argument(
         "--deep",
         action="store_true",

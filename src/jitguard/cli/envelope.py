@@ -15,7 +15,10 @@ REDACTED = "<redacted>"
 def redact(value: Any) -> Any:
     """Replace the value of every mapping key that names a secret, recursively."""
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(k, str) and SECRET_NAME.search(k) else redact(v)) for k, v in value.items()}
+        return {
+            k: (REDACTED if isinstance(k, str) and SECRET_NAME.search(k) else redact(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value

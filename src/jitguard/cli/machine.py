@@ -34,7 +34,9 @@ def _gpu(facts: Facts) -> str:
 def _memory(facts: Facts) -> str:
     mem = facts.memory
     available = format_bytes(mem.available) if mem.available is not None else "unknown"
-    limit = f", cgroup {mem.cgroup_version} limit {format_bytes(mem.cgroup_limit)}" if mem.cgroup_limit else ""
+    limit = (
+        f", cgroup {mem.cgroup_version} limit {format_bytes(mem.cgroup_limit)}" if mem.cgroup_limit else ""
+    )
     return f"{mem.cpu_limit} CPUs, {available} available (decided by {mem.limited_by or '?'}){limit}"
 
 

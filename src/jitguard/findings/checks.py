@@ -42,3 +42,27 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
             seen.add(key)
             unique.append(f)
     return unique
+
+
+# The module each backend's GDN prefill path imports; a broken install shows up here first.
+DEEP_IMPORTS = {"flashinfer": "flashinfer.gdn_prefill", "triton": "fla.ops.gated_delta_rule"}
+
+
+def deep_checks(facts: Facts, backend: str, *, timeout: float = 120) -> list[Finding]:
+    """Import the backend's package in a subprocess and report the original error (``doctor --deep``).
+
+    Slower than pre-flight (seconds: it really imports), so never part of it. Skipped when pre-flight already
+    knows the package is missing.
+    """
+    from jitguard.facts.flashinfer import probe_import
+    from jitguard.findings.checks_packages import import_findings
+
+    module = DEEP_IMPORTS.get(backend)
+    if module is None:
+        return []
+    package = "flashinfer-python" if backend == "flashinfer" else "fla-core"
+    if package in facts.packages.missing:
+        return []
+    probe = probe_import(module, timeout=timeout)
+    version = facts.flashinfer.version if backend == "flashinfer" else None
+    return import_findings(probe, version=version, backend=backend)

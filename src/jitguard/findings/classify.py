@@ -1,8 +1,9 @@
 """Turn a real build or load log (and its exit status) into findings from the one catalog.
 
-Like pipx's pip-output analyser: ranked patterns pick the few lines that explain a long log. Each rule names the
-finding code, the pattern, and how to pull parameters (missing versions, library names) from the match. The first
-lines that match become the finding's evidence; the rest of the log stays in the file the caller names.
+Like pipx's pip-output analyser: ranked patterns pick the few lines that explain a long log. Each rule names
+the finding code, the pattern, and how to pull parameters (missing versions, library names) from the match.
+The first lines that match become the finding's evidence; the rest of the log stays in the file the caller
+names.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
 
 SIGKILL_CODES = frozenset({137, -9})
 MAX_EVIDENCE_LINES = 6
@@ -47,27 +51,38 @@ _RULES: tuple[_Rule, ...] = (
         "build-oom-killed",
         re.compile(
             r"died due to signal 9|\bKilled\b|signal 9 \(Kill signal\)|out of memory|std::bad_alloc"
-            r"|virtual memory exhausted|Cannot allocate memory|memory allocation fail|LLVM ERROR: out of memory",
+            r"|virtual memory exhausted|Cannot allocate memory|memory allocation fail",
             re.I,
         ),
     ),
     _Rule(
         "so-glibcxx-missing",
         re.compile(
-            r"version [`'‘](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['’] not found(?: \(required by (?P<by>[^)]+)\))?"
+            r"version [`'‘](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['’] not found"
+            r"(?: \(required by (?P<by>[^)]+)\))?"
         ),
         _glibcxx_params,
     ),
-    _Rule("link-missing-libcuda", re.compile(r"cannot find -lcuda\b(?!rt)|undefined reference to `cu[A-Z]\w*'")),
+    _Rule(
+        "link-missing-libcuda", re.compile(r"cannot find -lcuda\b(?!rt)|undefined reference to `cu[A-Z]\w*'")
+    ),
     _Rule("link-missing-libcudart", re.compile(r"cannot find -lcudart\b")),
     _Rule(
         "cuda-headers-missing",
-        re.compile(r"fatal error: (?P<header>(?:cuda|cuda_runtime|cuda_fp16|cuda_bf16|cub/\S+|cuda/\S+)[\w/]*\.h\w*):"
-                   r" No such file or directory"),
+        re.compile(
+            r"fatal error: (?P<header>(?:cuda|cuda_runtime|cuda_fp16|cuda_bf16|cub/\S+|cuda/\S+)[\w/]*\.h\w*):"
+            r" No such file or directory"
+        ),
         lambda ms: {"header": ms[0].group("header")},
     ),
-    _Rule("nvcc-too-old", re.compile(r"tensormap_replace|tensormap\.replace|Unknown modifier '\.tile'|"
-                                     r"Feature '.*' requires .* sm_90a", re.I)),
+    _Rule(
+        "nvcc-too-old",
+        re.compile(
+            r"tensormap_replace|tensormap\.replace|Unknown modifier '\.tile'|"
+            r"Feature '.*' requires .* sm_90a",
+            re.I,
+        ),
+    ),
     _Rule("nvcc-missing", re.compile(r"nvcc: (?:command )?not found|No such file or directory: '[^']*nvcc'")),
     _Rule("ninja-missing", re.compile(r"ninja: (?:command )?not found|No such file or directory: 'ninja'")),
 )
@@ -75,12 +90,20 @@ _RULES: tuple[_Rule, ...] = (
 _ERROR_LINE = re.compile(r"\berror\b|FAILED:|fatal|undefined reference|not found", re.I)
 
 
-def classify(log_text: str, returncode: int | None, *, backend: str = "flashinfer", **params: Any) -> list[Finding]:
+def classify(
+    log_text: str,
+    returncode: int | None,
+    *,
+    backend: str = "flashinfer",
+    facts: Facts | None = None,
+    **params: Any,
+) -> list[Finding]:
     """Findings that explain ``log_text``; ``returncode`` is the process exit status (negative = signal).
 
-    Returns ``[]`` when the log shows success (returncode 0 and no known failure line). Any non-zero status that no
-    rule explains becomes ``build-failed`` with the most relevant error lines as evidence. Extra ``params``
-    (e.g. ``log_path``) fill the catalog templates.
+    Returns ``[]`` when the log shows success (returncode 0 and no known failure line). Any non-zero status that
+    no rule explains becomes ``build-failed`` with the most relevant error lines as evidence. Extra ``params``
+    (e.g. ``log_path``) fill the catalog templates; with ``facts``, the fixes name what this machine has (the
+    directory holding libcuda, the compiler's libstdc++), as the pre-flight finding for the same cause does.
     """
     lines = log_text.splitlines()
     findings: list[Finding] = []
@@ -92,20 +115,35 @@ def classify(log_text: str, returncode: int | None, *, backend: str = "flashinfe
         evidence = _unique(m.string.strip() for m in matches)[:MAX_EVIDENCE_LINES]
         if rule.code.startswith("link-"):
             evidence = _link_command(lines)[:1] + evidence
-        findings.append(make(rule.code, backend=backend, evidence=evidence, **{**rule.params(matches), **params}))
+        known = _facts_params(rule.code, facts)
+        findings.append(
+            make(rule.code, backend=backend, evidence=evidence, **{**known, **rule.params(matches), **params})
+        )
         seen.add(rule.code)
     if returncode in SIGKILL_CODES and "build-oom-killed" not in seen:
         findings.append(
             make(
                 "build-oom-killed",
                 backend=backend,
-                evidence=[f"exit status {returncode} (SIGKILL: the kernel's OOM killer or a container limit)"],
+                evidence=[
+                    f"exit status {returncode} (SIGKILL: the kernel's OOM killer or a container limit)"
+                ],
                 **params,
             )
         )
     if findings or returncode in (0, None):
         return findings
-    return [make("build-failed", backend=backend, evidence=relevant_lines(lines), returncode=returncode, **params)]
+    return [
+        make("build-failed", backend=backend, evidence=relevant_lines(lines), returncode=returncode, **params)
+    ]
+
+
+def _facts_params(code: str, facts: Facts | None) -> dict[str, Any]:
+    if facts is None:
+        return {}
+    from jitguard.findings.checks_toolchain import params_for
+
+    return params_for(code, facts)
 
 
 def relevant_lines(lines: list[str], limit: int = MAX_EVIDENCE_LINES) -> list[str]:

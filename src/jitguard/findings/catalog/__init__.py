@@ -1,8 +1,8 @@
 """The one catalog of finding codes. Pre-flight checks and the log classifier both build findings from it,
 so a cause diagnosed before a build and after it carries the same code and fix.
 
-Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``); this module
-joins them and refuses duplicates.
+Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``); this
+module joins them and refuses duplicates.
 """
 
 from __future__ import annotations
@@ -30,15 +30,24 @@ CATALOG: dict[str, CatalogEntry] = _join(
 )
 
 
-class _Lenient(dict):  # type: ignore[type-arg]
-    """Leaves an unknown ``{field}`` visible instead of raising, so a missing parameter never hides a finding."""
+class _Lenient(dict[str, Any]):
+    """Leaves an unknown ``{field}`` visible instead of raising, and remembers it: a missing parameter never
+    hides a finding, and a fix that would show a hole is left out (see ``make``)."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        super().__init__(params)
+        self.missing: set[str] = set()
 
     def __missing__(self, key: str) -> str:
+        self.missing.add(key)
         return "{" + key + "}"
 
 
-def _fill(template: str, params: Mapping[str, Any]) -> str:
-    return string.Formatter().vformat(template, (), _Lenient(params))
+def _fill(template: str, params: Mapping[str, Any]) -> tuple[str, bool]:
+    """The filled template, and whether every field had a value."""
+    values = _Lenient(params)
+    text = string.Formatter().vformat(template, (), values)
+    return text, not values.missing
 
 
 def make(
@@ -49,18 +58,25 @@ def make(
     severity: Severity | None = None,
     **params: Any,
 ) -> Finding:
-    """Build a finding from the catalog entry ``code``, filling its templates with ``params``."""
+    """Build a finding from the catalog entry ``code``, filling its templates with ``params``.
+
+    A fix whose text or command names a parameter the caller could not supply (e.g. a directory that holds a
+    fix, when the finding comes from a log alone) is dropped: a command with a hole in it is no fix.
+    """
     entry = CATALOG[code]
-    fixes = tuple(
-        Fix(_fill(f.text, params), _fill(f.command, params) if f.command else None) for f in entry.fixes
-    )
+    fixes: list[Fix] = []
+    for template in entry.fixes:
+        text, text_ok = _fill(template.text, params)
+        command, command_ok = _fill(template.command, params) if template.command else (None, True)
+        if text_ok and command_ok:
+            fixes.append(Fix(text, command))
     return Finding(
         code=code,
         severity=severity or entry.severity,
-        title=_fill(entry.title, params),
-        cause=_fill(entry.cause, params),
+        title=_fill(entry.title, params)[0],
+        cause=_fill(entry.cause, params)[0],
         evidence=tuple(str(e) for e in evidence),
-        fixes=fixes,
+        fixes=tuple(fixes),
         backend=backend,
     )
 
