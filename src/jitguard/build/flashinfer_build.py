@@ -3,9 +3,10 @@
 In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
 
 1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 5;
-2. the failure cache: this module already failed in this very environment -> ``CachedBuildFailure`` at once;
-3. pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) -> ``BuildFailed``
-   before the first compile, recorded in the failure cache;
+2. cold build only (no ``.so`` yet), the failure cache: this module already failed in this very environment
+   -> ``CachedBuildFailure`` at once;
+3. cold build only, pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) ->
+   ``BuildFailed`` before the first compile, recorded in the failure cache;
 4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
    classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk);
 5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded;
@@ -18,28 +19,24 @@ flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: t
 from __future__ import annotations
 
 import contextvars
-import logging
+import hashlib
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.build.module_lock import ModuleLock
-from jitguard.config import Settings, default_cache_dir, format_bytes
+from jitguard.config import Settings, default_cache_dir
 from jitguard.errors import BuildFailed
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
-from jitguard.state.job_memory import JobMemoryStore
 
 if TYPE_CHECKING:
     from jitguard.build.runner import BuildOptions, BuildResult
     from jitguard.facts import Facts
 
-log = logging.getLogger("jitguard.build")
 
 # Causes that belong to this attempt, not to the environment: retrying may well succeed, so never cache them.
 TRANSIENT_CODES = frozenset(
@@ -134,18 +131,24 @@ def build_spec(
         if not spec.is_ninja_generated:
             spec.write_ninja()
         facts = facts_for(env)
+        digest = source_digest(spec)
         notes: list[Finding] = []
         result: BuildResult | None = None
-        status: Literal["built", "up-to-date"] = "up-to-date"
-        if not so_path.exists() or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path)):
-            notes += check_before_build(module, facts, failures)
+        key = _Key(module, facts.fingerprint, digest)
+        before = _mtime(so_path)
+        if before is None or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path)):
+            if before is None:
+                # A cold build is where a doomed environment costs the most (all TUs compile, then the link
+                # fails). An existing library is never blocked by pre-flight: it may have been built elsewhere
+                # (a Docker build step with a link stub) and only needs at most an incremental rebuild.
+                notes += check_before_build(module, facts, failures, source_digest=digest)
             lock.set_log_path(log_path)
-            result = _run_build(spec, module, facts, failures, options, settings, log_path)
-            status = "built"
-        notes += _check_library(module, so_path, facts, failures, log_path if result else None)
-        loaded = _load(module, so_path, facts, failures, load) if load is not None else None
+            result = _run_build(spec, key, failures, options, settings, log_path)
+        status: Literal["built", "up-to-date"] = "up-to-date" if before == _mtime(so_path) else "built"
+        notes += _check_library(key, so_path, facts, failures, log_path if result else None)
+        loaded = _load(key, so_path, failures, load) if load is not None else None
         if status == "built" or failures.get(module, facts.fingerprint) is not None:
-            failures.record_success(module, facts.fingerprint)
+            failures.record_success(module, facts.fingerprint, source_digest=digest)
         return BuiltModule(
             module=module,
             so_path=so_path,
@@ -159,9 +162,11 @@ def build_spec(
         )
 
 
-def check_before_build(module: str, facts: Facts, failures: FailureCache) -> list[Finding]:
+def check_before_build(
+    module: str, facts: Facts, failures: FailureCache, *, source_digest: str | None = None
+) -> list[Finding]:
     """The failure cache, then pre-flight. Raises when the build is doomed; returns the non-blocking notes."""
-    cached = failures.get(module, facts.fingerprint)
+    cached = failures.get(module, facts.fingerprint, source_digest=source_digest)
     if cached is not None:
         raise CachedBuildFailure(cached)
     from jitguard.findings.checks import preflight
@@ -169,11 +174,32 @@ def check_before_build(module: str, facts: Facts, failures: FailureCache) -> lis
     findings = preflight(facts, "flashinfer")
     blocking = [f for f in findings if f.blocking and blocks_build(module, f.code)]
     if blocking:
-        failures.record_failure(module, facts.fingerprint, blocking)
+        failures.record_failure(module, facts.fingerprint, blocking, source_digest=source_digest)
         raise BuildFailed(
             module, blocking, None, detail="pre-flight: this build cannot succeed here, not started"
         )
-    return [f for f in findings if not f.blocking and blocks_build(module, f.code)]
+    return [f for f in findings if not f.blocking]
+
+
+def source_digest(spec: Any) -> str:
+    """What is being built: the spec's own flags and the bytes of its listed sources. Headers are not read
+    (FlashInfer's come with its version, which is in the environment fingerprint)."""
+    digest = hashlib.sha256()
+    for part in (
+        spec.name,
+        spec.extra_cflags,
+        spec.extra_cuda_cflags,
+        spec.extra_ldflags,
+        spec.extra_include_dirs,
+    ):
+        digest.update(repr(part).encode())
+    for source in spec.sources:
+        digest.update(str(source).encode())
+        try:
+            digest.update(Path(source).read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return digest.hexdigest()[:32]
 
 
 def blocks_build(module: str, code: str) -> bool:
@@ -201,7 +227,7 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
         if context.options is not None
         else default_options(Settings.from_env(), context.module)
     )
-    log.info("jitguard: building %s (full log: %s)", context.module, context.log_path)
+    # The runner itself logs the plan, progress and outcome.
     result = run_ninja(
         Path(workdir), Path(ninja_file), module=context.module, options=options, log_path=context.log_path
     )
@@ -209,41 +235,29 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
 
 
 def default_options(settings: Settings, module: str) -> BuildOptions:
-    """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on)."""
+    """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on). The runner
+    itself uses the per-job memory learned for ``module`` when JITGUARD_JOB_MEMORY is not set."""
     from jitguard.build.runner import BuildOptions
 
     max_jobs = os.environ.get("MAX_JOBS", "")
-    job_memory = settings.job_memory or JobMemoryStore(settings.cache_dir).estimate(module)
-    return BuildOptions(
-        jobs=int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else None,
-        memory_budget=settings.memory_budget,
-        job_memory=job_memory,
-        timeout=settings.build_timeout,
-        stall_timeout=settings.stall_timeout,
-    )
+    jobs = int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else None
+    return BuildOptions.from_settings(settings, jobs=jobs, backend="flashinfer")
 
 
 def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
     """``ninja -n``: would a build of this ninja file run anything? True when it cannot tell."""
+    from jitguard.build.manifest import nothing_to_do
+
     ninja = shutil.which("ninja")
     if ninja is None or not ninja_file.exists():
         return True
-    try:
-        out = subprocess.run(
-            [ninja, "-n", "-C", str(build_dir), "-f", str(ninja_file)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return True
-    return out.returncode != 0 or "no work to do" not in out.stdout
+    return not nothing_to_do(ninja, build_dir, ninja_file)
 
 
 def new_log_path(cache_dir: Path, module: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return cache_dir / "logs" / f"{module}-{stamp}-{os.getpid()}.log"
+    from jitguard.build.runner import default_log_path
+
+    return default_log_path(cache_dir, module)
 
 
 _FACTS: dict[tuple[tuple[str, str], ...], Facts] = {}
@@ -260,22 +274,29 @@ def facts_for(env: Mapping[str, str]) -> Facts:
     return _FACTS[key]
 
 
+@dataclass(frozen=True)
+class _Key:
+    module: str
+    fingerprint: str
+    digest: str
+
+
 def _run_build(
     spec: Any,
-    module: str,
-    facts: Facts,
+    key: _Key,
     failures: FailureCache,
     options: BuildOptions | None,
     settings: Settings,
     log_path: Path,
 ) -> BuildResult:
+    module = key.module
     context = _Context(module, options or default_options(settings, module), log_path, [])
     token = _ACTIVE.set(context)
     try:
         # FlashInfer's own build step (it honours FLASHINFER_DISABLE_JIT), whose run_ninja is ours.
         spec.build(False, need_lock=False)
     except BuildFailed as exc:
-        _record(failures, module, facts, exc.findings, exc.log_path)
+        _record(failures, key, exc.findings, exc.log_path)
         raise
     except (RuntimeError, OSError) as exc:
         if type(exc).__name__ == "MissingJITCacheError":
@@ -283,7 +304,7 @@ def _run_build(
         from jitguard.findings.classify import classify
 
         found = classify(str(exc), None)
-        _record(failures, module, facts, found, str(log_path))
+        _record(failures, key, found, str(log_path))
         raise BuildFailed(module, found, str(log_path), detail=str(exc).splitlines()[0][:200]) from exc
     finally:
         _ACTIVE.reset(token)
@@ -292,41 +313,28 @@ def _run_build(
             module, [], str(log_path), detail="FlashInfer did not build through jitguard's runner"
         )
     result = context.results[-1]
-    _learn_memory(settings.cache_dir, module, result)
-    log.info(
-        "jitguard: built %s in %.0f s with %d jobs (peak %s); log %s",
-        module,
-        result.wall_s,
-        result.jobs,
-        format_bytes(result.peak_rss_bytes or 0),
-        result.log_path,
-    )
     return result
 
 
 def _check_library(
-    module: str, so_path: Path, facts: Facts, failures: FailureCache, log_path: Path | None
+    key: _Key, so_path: Path, facts: Facts, failures: FailureCache, log_path: Path | None
 ) -> list[Finding]:
+    log_text = str(log_path) if log_path else None
     if not so_path.exists():
-        found = [_missing_library(module, so_path)]
         raise BuildFailed(
-            module, found, str(log_path) if log_path else None, detail="no library after the build"
+            key.module, [_missing_library(key.module, so_path)], log_text, detail="no library after the build"
         )
     from jitguard.findings.checks_toolchain import check_built_library
 
     findings = check_built_library(so_path, facts.libstdcxx)
     blocking = [f for f in findings if f.blocking]
     if blocking:
-        _record(failures, module, facts, blocking, str(log_path) if log_path else None)
-        raise BuildFailed(
-            module, blocking, str(log_path) if log_path else None, detail=f"{so_path} would not load here"
-        )
+        _record(failures, key, blocking, log_text)
+        raise BuildFailed(key.module, blocking, log_text, detail=f"{so_path} would not load here")
     return findings
 
 
-def _load(
-    module: str, so_path: Path, facts: Facts, failures: FailureCache, load: Callable[[Path], Any]
-) -> Any:
+def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path], Any]) -> Any:
     try:
         return load(so_path)
     except Exception as exc:
@@ -335,24 +343,24 @@ def _load(
         found = classify(str(exc), None)
         # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
         if any(f.code != "build-failed" for f in found):
-            _record(failures, module, facts, found, None)
-        raise BuildFailed(module, found, None, detail=f"loading {so_path} failed: {exc}") from exc
+            _record(failures, key, found, None)
+        raise BuildFailed(key.module, found, None, detail=f"loading {so_path} failed: {exc}") from exc
 
 
 def _record(
-    failures: FailureCache,
-    module: str,
-    facts: Facts,
-    findings: tuple[Finding, ...] | list[Finding],
-    log_path: str | None,
+    failures: FailureCache, key: _Key, findings: tuple[Finding, ...] | list[Finding], log_path: str | None
 ) -> None:
     if findings and not any(f.code in TRANSIENT_CODES for f in findings):
-        failures.record_failure(module, facts.fingerprint, list(findings), log_path)
+        failures.record_failure(
+            key.module, key.fingerprint, list(findings), log_path, source_digest=key.digest
+        )
 
 
-def _learn_memory(cache_dir: Path, module: str, result: BuildResult) -> None:
-    if result.peak_rss_bytes and result.jobs:
-        JobMemoryStore(cache_dir).observe(module, int(result.peak_rss_bytes) // max(1, int(result.jobs)))
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _missing_library(module: str, so_path: Path) -> Finding:

@@ -50,6 +50,9 @@ class FailureRecord:
     log_path: str | None
     created: float
     jitguard_version: str
+    # What was built (e.g. a digest of the module's sources and flags), when the caller knows it: a failure
+    # of other sources is not this build's failure, even in the same environment.
+    source_digest: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -72,6 +75,7 @@ class FailureRecord:
             "log_path": self.log_path,
             "created": self.created,
             "jitguard": self.jitguard_version,
+            "source_digest": self.source_digest,
         }
 
     @classmethod
@@ -83,6 +87,7 @@ class FailureRecord:
         if outcome not in ("failure", "success"):
             raise ValueError(f"outcome {outcome!r}")
         log_path = data.get("log_path")
+        digest = data.get("source_digest")
         created = data["created"]
         if not isinstance(created, (int, float)):
             raise TypeError("created")
@@ -94,6 +99,7 @@ class FailureRecord:
             log_path=None if log_path is None else _text(log_path),
             created=float(created),
             jitguard_version=_text(data.get("jitguard", "")),
+            source_digest=None if digest is None else _text(digest),
         )
 
 
@@ -140,10 +146,19 @@ class FailureCache:
             return None
         return None if self._expired(record, now) else record
 
-    def get(self, module: str, fingerprint: str, *, now: float | None = None) -> FailureRecord | None:
-        """The cached failure for this key, or None (no record, a success, expired, or unreadable)."""
+    def get(
+        self, module: str, fingerprint: str, *, source_digest: str | None = None, now: float | None = None
+    ) -> FailureRecord | None:
+        """The cached failure for this key, or None (no record, a success, expired, or unreadable).
+
+        With ``source_digest``, a failure recorded for other sources is a miss too.
+        """
         record = self.lookup(module, fingerprint, now=now)
-        return record if record is not None and record.failed else None
+        if record is None or not record.failed:
+            return None
+        if source_digest and record.source_digest and record.source_digest != source_digest:
+            return None
+        return record
 
     def record_failure(
         self,
@@ -151,11 +166,15 @@ class FailureCache:
         fingerprint: str,
         findings: Sequence[Finding],
         log_path: str | Path | None = None,
+        *,
+        source_digest: str | None = None,
     ) -> FailureRecord:
-        return self._write(module, fingerprint, "failure", tuple(findings), log_path)
+        return self._write(module, fingerprint, "failure", tuple(findings), log_path, source_digest)
 
-    def record_success(self, module: str, fingerprint: str) -> FailureRecord:
-        return self._write(module, fingerprint, "success", (), None)
+    def record_success(
+        self, module: str, fingerprint: str, *, source_digest: str | None = None
+    ) -> FailureRecord:
+        return self._write(module, fingerprint, "success", (), None, source_digest)
 
     def forget(self, module: str) -> int:
         """Remove every record of ``module`` (all fingerprints). Returns how many files went."""
@@ -193,6 +212,7 @@ class FailureCache:
         outcome: Outcome,
         findings: tuple[Finding, ...],
         log_path: str | Path | None,
+        source_digest: str | None,
     ) -> FailureRecord:
         if not module or not fingerprint:
             raise ValueError("module and fingerprint must be non-empty")
@@ -204,6 +224,7 @@ class FailureCache:
             log_path=None if log_path is None else str(log_path),
             created=time.time(),
             jitguard_version=__version__,
+            source_digest=source_digest,
         )
         write_json(self.path_for(module, fingerprint), record.to_json())
         return record

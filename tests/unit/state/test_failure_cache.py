@@ -64,6 +64,13 @@ def test_a_changed_fingerprint_is_a_miss(cache: FailureCache) -> None:
     assert cache.get("m", FP) is not None
 
 
+def test_a_failure_of_other_sources_is_a_miss_for_callers_that_know_the_sources(cache: FailureCache) -> None:
+    cache.record_failure("custom", FP, [LIBCUDA], source_digest="sources-v1")
+    assert cache.get("custom", FP, source_digest="sources-v2") is None
+    assert cache.get("custom", FP, source_digest="sources-v1") is not None
+    assert cache.get("custom", FP) is not None  # a caller that does not know the sources still sees it
+
+
 def test_entries_expire_after_the_ttl(tmp_path: Path) -> None:
     cache = FailureCache(tmp_path, ttl=60)
     record = cache.record_failure("m", FP, [LIBCUDA])
