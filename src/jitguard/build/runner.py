@@ -130,34 +130,20 @@ class _Plan:
 
 
 def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
+    from jitguard.build.budget import plan_jobs
+    from jitguard.facts import memory
+
     job_memory = options.job_memory
     if job_memory is None:
         with contextlib.suppress(Exception):  # a learned estimate is a help, never a reason to fail
             from jitguard.state.job_memory import JobMemoryStore
 
             job_memory = JobMemoryStore(cache_dir).estimate(module)
-    from jitguard.facts import memory
-
-    facts = memory.probe()
-    try:
-        from jitguard.build.budget import plan_jobs
-    except ImportError:  # the budget module lands separately; until then a plain memory / CPU division
-        return _fallback_plan(facts, options, job_memory)
-    plan = plan_jobs(facts, budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs)
-    return _Plan(max(1, int(plan.jobs)), plan.budget_bytes, plan.job_memory, str(plan.reason))
-
-
-def _fallback_plan(facts: Any, options: BuildOptions, job_memory: int | None) -> _Plan:
-    cpus = int(getattr(facts, "cpu_limit", None) or os.cpu_count() or 1)
-    available = getattr(facts, "available", None)
-    per_job = job_memory or int(5.7 * 1024**3)
-    budget = options.memory_budget.resolve(available) if options.memory_budget and available else available
-    if options.jobs is not None:
-        return _Plan(options.jobs, budget, per_job, f"{options.jobs} jobs requested")
-    by_memory = max(1, budget // per_job) if budget else cpus
-    jobs = max(1, min(cpus, by_memory))
-    reason = f"{jobs} jobs: budget {format_bytes(budget or 0)} / {format_bytes(per_job)} per job, {cpus} CPUs"
-    return _Plan(jobs, budget, per_job, reason)
+    plan = plan_jobs(
+        memory.probe(), budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs
+    )
+    # 0: not even one job fits the budget. One job is still the best try; an OOM kill is then classified.
+    return _Plan(max(1, plan.jobs), plan.budget_bytes, plan.job_memory, plan.reason)
 
 
 # -- the public entry point --------------------------------------------------------------------------------
@@ -278,6 +264,8 @@ def _build(
         peak_job = max(peak_job, attempt.peak_job_rss)
         if attempt.ended == "done" and attempt.returncode == 0:
             wall = time.monotonic() - started
+            if attempt_no == 1 and any("ninja: no work to do" in line for line in attempt.text):
+                return BuildResult(module, log_path, jobs, 0, wall, 0, plan.budget_bytes, plan.job_memory)
             _note(log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
             reporter.message(
                 f"jitguard: built {module} in {wall:.0f} s (attempt {attempt_no}, "
@@ -486,10 +474,8 @@ def _tail(lines: list[str]) -> list[str]:
 
 
 def _classify(text: str, returncode: int | None, backend: str, **params: Any) -> list[Finding]:
-    try:
-        from jitguard.findings.classify import classify
-    except ImportError:  # the classifier lands separately; until then every failure is build-failed
-        return [_finding("build-failed", backend, _tail(text.splitlines()), returncode=returncode, **params)]
+    from jitguard.findings.classify import classify
+
     return classify(text, returncode, backend=backend, **params)
 
 
