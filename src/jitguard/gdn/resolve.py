@@ -445,7 +445,10 @@ def _failure_cache(cache_dir: Path) -> Any:
 
 
 def _summary(findings: Sequence[Finding]) -> str:
-    return "; ".join(f"[{f.code}] {f.title}" for f in findings[:3]) + (" ..." if len(findings) > 3 else "")
+    # An input finding's cause is the reason itself ("the inputs are on cpu; ..."); others' titles tell.
+    return "; ".join(
+        f"[{f.code}] {f.cause if f.code == 'gdn-input-unsupported' else f.title}" for f in findings[:3]
+    ) + (" ..." if len(findings) > 3 else "")
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -566,3 +569,8 @@ def explain(spec: CallSpec | None = None) -> str:
     except JitguardError as exc:
         parts.append(str(exc))
     return "\n".join(parts)
+
+
+def describe_auto(*, facts: Facts | None = None, spec: CallSpec | None = None) -> dict[str, Any]:
+    """``resolve('auto', spec)`` as JSON, for `jitguard doctor` (default spec: a Qwen3.5 layer on CUDA)."""
+    return resolve("auto", spec, facts=facts).to_json()
