@@ -116,6 +116,7 @@ class _Attempt:
     peak_rss: int = 0
     peak_job_rss: int = 0
     oom_evidence: list[str] = field(default_factory=list)
+    still_running: list[str] = field(default_factory=list)  # commands running when a watchdog ended it
 
 
 @dataclass(frozen=True)
@@ -398,6 +399,11 @@ def _run_attempt(
                     attempt.ended = "stalled"
                     break
             reporter.update(progress)
+        if attempt.ended != "done":
+            # ninja names a command only when it finishes: say in the log what was running when we stopped.
+            attempt.still_running = _running_commands(tree)
+            for command in attempt.still_running:
+                _note(log, f"still running when stopped ({attempt.ended}): {command}")
     except KeyboardInterrupt:
         tree.kill()
         _note(log, "interrupted (KeyboardInterrupt): every process of the build was stopped")
@@ -421,6 +427,22 @@ def _run_attempt(
     if attempt.ended == "done" and attempt.returncode != 0:
         attempt.oom_evidence = _oom_evidence(attempt, counters)
     return attempt
+
+
+def _running_commands(tree: process_tree.ProcessTree) -> list[str]:
+    """The command lines of the build's jobs now (launchers that already run their command are skipped)."""
+    commands = []
+    for proc in tree.members(include_session=False):
+        if proc.pid == tree.pid:
+            continue
+        try:
+            cmdline = proc.cmdline()
+            if "jitguard.build.launcher" in " ".join(cmdline) and proc.children():
+                continue
+        except Exception:
+            continue
+        commands.append(f"pid {proc.pid}: {' '.join(cmdline)[:300]}")
+    return commands[:_TAIL_LINES]
 
 
 def _waiting_for_foreign_slot(tree: process_tree.ProcessTree, slots_dir: Path) -> bool:
@@ -489,14 +511,18 @@ def _diagnose(
         progress.feed(line)
     if attempt.ended == "timeout":
         finding = _finding(
-            "build-timeout", backend, _tail(attempt.text), timeout=f"{options.timeout:g} s", **params
+            "build-timeout",
+            backend,
+            [*_tail(attempt.text), *attempt.still_running],
+            timeout=f"{options.timeout:g} s",
+            **params,
         )
         return [finding], f"timed out after {options.timeout:g} s at step {progress.steps}"
     if attempt.ended == "stalled":
         finding = _finding(
             "build-stalled",
             backend,
-            _tail(attempt.text),
+            [*_tail(attempt.text), *attempt.still_running],
             stall_timeout=f"{options.stall_timeout:g} s",
             progress=progress.steps,
             **params,

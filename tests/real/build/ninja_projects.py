@@ -106,7 +106,8 @@ def write_project(
         lines.append(f"build obj{i}.o: compile src{i}.c")
         outputs.append(root / f"obj{i}.o")
     if hang:
-        lines.append("build hung.o: hang src0.c")
+        (root / "hang.c").write_text("int hung;\n")
+        lines.append("build hung.o: hang hang.c")
         outputs.append(root / "hung.o")
     lines.append("build all: phony " + " ".join(p.name for p in outputs))
     lines.append("default all")

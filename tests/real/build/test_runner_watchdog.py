@@ -1,0 +1,80 @@
+"""A hung or abandoned build leaves nothing behind: stall watchdog, timeout, and the runner's own death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from ninja_projects import TreeSampler, killing, running, write_project
+
+from jitguard.build.runner import BuildOptions, run_ninja
+from jitguard.errors import BuildFailed
+
+
+def _hung_pids(project_root: Path, count: int = 2, wait: float = 30.0) -> list[int]:
+    """The pids the hung job and its detached grandchild wrote (waits until both are there)."""
+    path = project_root / "hung.pids"
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if path.exists():
+            pids = [int(x) for x in path.read_text().split()]
+            if len(pids) >= count:
+                return pids
+        time.sleep(0.05)
+    raise AssertionError(f"the hung job did not start ({path})")
+
+
+def test_stall_watchdog_ends_a_hung_build_and_no_process_of_it_survives(tmp_path: Path, cache_dir: Path) -> None:
+    project = write_project(tmp_path / "p", jobs=1, mib=10, seconds=0.1, hang=True)
+    # A generous overall timeout: only the stall watchdog can end this build as "stalled".
+    options = BuildOptions(jobs=2, timeout=120, stall_timeout=2, progress="none", cache_dir=cache_dir)
+
+    with TreeSampler([os.getpid()]) as sampler, pytest.raises(BuildFailed) as failed:
+        run_ninja(project.root, project.manifest, module="hangs", options=options)
+
+    assert [f.code for f in failed.value.findings] == ["build-stalled"]
+    log_path = failed.value.log_path
+    assert log_path and Path(log_path).exists() and log_path in str(failed.value)
+    assert "hang.py" in Path(log_path).read_text()  # the log names the command that hung
+    hung = _hung_pids(project.root)
+    assert sampler.seen  # the sampler really saw the build's processes
+    survivors = [pid for pid in {*hung, *sampler.seen} if running(pid)]
+    assert survivors == [], [psutil.Process(p).cmdline() for p in survivors if running(p)]
+
+
+def test_overall_timeout_ends_the_build_with_the_timeout_finding(tmp_path: Path, cache_dir: Path) -> None:
+    project = write_project(tmp_path / "p", jobs=0, mib=10, seconds=0.1, hang=True)
+    options = BuildOptions(jobs=1, timeout=2, stall_timeout=600, progress="none", cache_dir=cache_dir)
+
+    with pytest.raises(BuildFailed) as failed:
+        run_ninja(project.root, project.manifest, module="slow", options=options)
+
+    assert [f.code for f in failed.value.findings] == ["build-timeout"]
+    assert all(not running(pid) for pid in _hung_pids(project.root))
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_runner_process_ending_takes_the_whole_build_with_it(
+    tmp_path: Path, cache_dir: Path, how: signal.Signals
+) -> None:
+    project = write_project(tmp_path / "p", jobs=1, mib=10, seconds=60, hang=True)
+    command = [sys.executable, "-m", "jitguard.cli", "build", "ninja", str(project.manifest), "--jobs", "2"]
+    runner = subprocess.Popen([*command, "--progress", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with killing([runner.pid]), TreeSampler([runner.pid]) as sampler:
+        hung = _hung_pids(project.root)
+        time.sleep(0.5)  # let the sampler see the whole tree
+        runner.send_signal(how)
+        runner.communicate(timeout=30)
+        deadline = time.monotonic() + 10  # SIGKILL: the kernel's PDEATHSIG and ninja's own cleanup take a moment
+        while time.monotonic() < deadline and any(running(p) for p in {*hung, *sampler.seen} - {runner.pid}):
+            time.sleep(0.1)
+
+    assert runner.returncode == -how
+    survivors = [pid for pid in {*hung, *sampler.seen} if pid != runner.pid and running(pid)]
+    assert survivors == []
