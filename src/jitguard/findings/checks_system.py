@@ -245,10 +245,13 @@ def _memory(facts: Facts) -> list[Finding]:
     if env.max_jobs_value is not None and env.max_jobs_value > 0:
         default_jobs, source = env.max_jobs_value, f"MAX_JOBS={env.max_jobs_value}"
     elif env.max_jobs_value == 0:
-        default_jobs, source = tus, "MAX_JOBS=0 means no limit to ninja"
+        default_jobs, source = tus, "MAX_JOBS=0: no limit, every translation unit"
     else:
         cpus = memory.cpu_limit
-        default_jobs, source = ninja_default_jobs(cpus), f"ninja's default for {cpus} CPUs, CPUs + 2"
+        default_jobs = ninja_default_jobs(cpus)
+        source = f"ninja's default for {cpus} CPUs: CPUs + 2 = {default_jobs}"
+        if default_jobs > tus:
+            source += f", capped by the {tus} translation units"
     concurrent = min(default_jobs, tus)
     if plan.memory_jobs is None or plan.memory_jobs >= concurrent:
         return []
@@ -263,7 +266,6 @@ def _memory(facts: Facts) -> list[Finding]:
             default_source=source,
             default_need=format_bytes(concurrent * plan.job_memory),
             reason=plan.reason,
-            tus=tus,
             budget_arg=_budget_arg(plan.budget_bytes),
         )
     ]
@@ -424,10 +426,12 @@ def _environment(facts: Facts) -> list[Finding]:
         cpus = facts.memory.cpu_limit
         if env.max_jobs_value == 0:
             detail = "'0' passes that test, but ninja reads -j 0 as no limit at all."
-            default = f"{fi.gdn_tu_count or 'all'} (every translation unit at once)"
+            default = (
+                f"all {fi.gdn_tu_count} translation units" if fi.gdn_tu_count else "every translation unit"
+            )
         else:
             detail = f"{raw!r} is not, so it is dropped without a word."
-            default = f"ninja's default of {ninja_default_jobs(cpus)} (CPUs + 2)"
+            default = f"ninja's default of {ninja_default_jobs(cpus)} jobs (CPUs + 2)"
         digits = "".join(c for c in raw if c.isdigit())
         suggested = int(digits) if digits and int(digits) > 0 else max(1, facts.memory.cpu_limit)
         found.append(

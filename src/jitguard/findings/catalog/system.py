@@ -87,8 +87,8 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         title="Memory limits the {module} build to {jobs} parallel jobs (stock: {default_jobs})",
         cause=(
             "Stock FlashInfer runs ninja with {default_jobs} jobs ({default_source}); at about {job_memory} "
-            "per job that needs ~{default_need}, and {budget} is available ({limited_by}). jitguard's "
-            "supervised build runs {jobs} jobs ({reason}). {tus} translation units."
+            "per job that needs ~{default_need}, but {budget} is available ({limited_by}). jitguard's plan: "
+            "{reason}."
         ),
         fixes=(
             FixTemplate(
@@ -153,10 +153,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
     CatalogEntry(
         code="env-max-jobs-invalid",
         severity="warning",
-        title="MAX_JOBS={max_jobs!r} is ignored by FlashInfer",
+        title="MAX_JOBS={max_jobs!r} does not limit FlashInfer's build",
         cause=(
             "FlashInfer passes MAX_JOBS to ninja only when it is a plain number of digits; {detail} "
-            "The build runs {default_jobs} jobs at once, which is what MAX_JOBS was meant to prevent."
+            "The build then runs {default_jobs} at once, which is what MAX_JOBS was meant to prevent."
         ),
         fixes=(
             FixTemplate("Set a plain positive integer:", "export MAX_JOBS={suggested}"),
