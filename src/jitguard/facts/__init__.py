@@ -59,9 +59,12 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     cache_dir = cache_dir or default_cache_dir(env)
     tool = toolchain.probe(env)
     pkgs = packages.probe()
-    fi = flashinfer.probe(pkgs, env)
+    gpu_facts = gpu.probe(env)
+    # Without FLASHINFER_CUDA_ARCH_LIST, FlashInfer names its workspace after the visible GPUs' archs.
+    arch = " ".join(flashinfer.arch_from_capability(*cc) for cc in gpu_facts.capability_pairs()) or None
+    fi = flashinfer.probe(pkgs, env, arch=arch)
     parts = {
-        "gpu": gpu.probe(env),
+        "gpu": gpu_facts,
         "toolchain": tool,
         "link": libcuda.probe(tool, env, cache_dir=cache_dir),
         "libstdcxx": libstdcxx.probe(tool, env),
