@@ -1,6 +1,11 @@
 """The compile-command prefix of supervised builds: hold one host-wide slot while the real command runs.
 
-    python -m jitguard.build.launcher --slots DIR --count N -- <compiler> <args...>
+    python -m jitguard.build.launcher [--slots DIR --count N] -- <compiler> <args...>
+
+DIR and N come from the flags or from ``JITGUARD_SLOTS_DIR`` / ``JITGUARD_SLOT_COUNT``. The runner uses the
+environment, so the command line ninja records (and hashes, to decide what is out of date) stays the same
+whatever the parallelism of an attempt: a retry with fewer jobs keeps every object that finished. Without
+either, the command runs without a slot.
 
 The runner rewrites every rule of the build.ninja it runs so the command starts with this (see
 ``build.manifest``). The launcher waits for a free slot (``build.slots``), runs the command with the slot's
@@ -27,10 +32,12 @@ from jitguard.build import slots
 # The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.
 KILLED_MARKER = "jitguard-launch: killed by signal"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-USAGE = "usage: python -m jitguard.build.launcher --slots DIR --count N -- COMMAND [ARGS...]"
+SLOTS_DIR_ENV = "JITGUARD_SLOTS_DIR"
+SLOT_COUNT_ENV = "JITGUARD_SLOT_COUNT"
+USAGE = "usage: python -m jitguard.build.launcher [--slots DIR --count N] -- COMMAND [ARGS...]"
 
 
-def _parse(argv: Sequence[str]) -> tuple[Path, int, list[str]]:
+def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:
     args = list(argv)
     if "--" not in args:
         raise ValueError("missing '--' before the command")
@@ -38,8 +45,9 @@ def _parse(argv: Sequence[str]) -> tuple[Path, int, list[str]]:
     options, command = args[:split], args[split + 1 :]
     if not command:
         raise ValueError("no command after '--'")
-    directory: Path | None = None
-    count: int | None = None
+    directory: Path | None = Path(os.environ[SLOTS_DIR_ENV]) if os.environ.get(SLOTS_DIR_ENV) else None
+    count_text = os.environ.get(SLOT_COUNT_ENV, "")
+    count: int | None = int(count_text) if count_text.isdigit() else None
     it = iter(options)
     for flag in it:
         value = next(it, None)
@@ -51,9 +59,9 @@ def _parse(argv: Sequence[str]) -> tuple[Path, int, list[str]]:
             count = int(value)
         else:
             raise ValueError(f"unknown option {flag}")
-    if directory is None or count is None or count < 1:
-        raise ValueError("--slots DIR and --count N (N >= 1) are required")
-    return directory, count, command
+    if directory is not None and (count is None or count < 1):
+        raise ValueError(f"a slots directory needs a slot count N >= 1 (--count or {SLOT_COUNT_ENV})")
+    return directory, count or 0, command
 
 
 def run(argv: Sequence[str]) -> int:
@@ -65,11 +73,12 @@ def run(argv: Sequence[str]) -> int:
         return 2
 
     # A signal while waiting for a slot ends the launcher the default way (nothing runs yet).
-    slot = slots.acquire(directory, count)
-    assert slot is not None  # no timeout: acquire only returns with a slot
-    env = dict(os.environ, JITGUARD_SLOT=str(slot.index))
+    slot = slots.acquire(directory, count) if directory is not None else None
+    env = dict(os.environ)
+    if slot is not None:
+        env["JITGUARD_SLOT"] = str(slot.index)
     try:
-        child = subprocess.Popen(command, env=env, pass_fds=(slot.fd,))
+        child = subprocess.Popen(command, env=env, pass_fds=(slot.fd,) if slot else ())
     except OSError as exc:
         sys.stderr.write(f"jitguard-launch: cannot run {command[0]}: {exc.strerror or exc}\n")
         return 127
@@ -81,7 +90,8 @@ def run(argv: Sequence[str]) -> int:
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     status = child.wait()
-    slot.release()
+    if slot is not None:
+        slot.release()
     if status >= 0:
         return status
     signum = -status

@@ -1,18 +1,17 @@
-"""Prepare the build.ninja the runner runs: the same build, with every rule's command behind the slot
-launcher.
+"""Prepare the build.ninja the runner runs: the same build, every rule's command behind the slot launcher.
 
 ninja's manifest is line based: a ``rule NAME`` line starts a block of indented ``key = value`` bindings. Each
 ``command =`` binding inside a rule block becomes ``command = $jitguard_launch <original>``, and the file
-starts with the definition of ``jitguard_launch`` (``python -m jitguard.build.launcher --slots DIR --count N
---``). A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's generated files) is covered the same
-way as any other command, so the rewrite works for any ninja project. Rules in ``include``d or ``subninja``
-files are not rewritten; their commands run without a slot.
+starts with the definition of ``jitguard_launch`` (``python -m jitguard.build.launcher --``; the slots
+directory and count travel in the environment, so the command line is the same for every attempt and ninja
+keeps what an earlier attempt finished). A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's
+generated files) is covered like any other command, so the rewrite works for any ninja project. Rules in
+``include``d or ``subninja`` files are not rewritten; their commands run without a slot.
 
-The copy is written next to the log (never over the original), so the original stays what its generator wrote.
-Output paths are unchanged and ninja runs in the original build directory, so finished objects are shared with
-plain ``ninja`` runs; ninja notices the changed command line and rebuilds an object that plain ``ninja`` built
-before, so the runner first asks the original manifest whether there is anything to do at all
-(``nothing_to_do``).
+The copy is written next to the log (never over the original). Output paths are unchanged and ninja runs in
+the original build directory. ninja records a hash of each command line, so an object built by plain ``ninja``
+counts as out of date for the wrapped manifest and the other way round; the runner therefore first asks the
+original manifest whether there is anything to do at all (``nothing_to_do``).
 """
 
 from __future__ import annotations
@@ -29,18 +28,10 @@ _RULE = re.compile(r"^rule\s+\S+")
 _COMMAND = re.compile(r"^(\s+command\s*=\s*)(.*)$")
 
 
-def launcher_prefix(slots_dir: Path, count: int, *, python: str | None = None) -> list[str]:
-    """The argv prefix that runs a command under a host-wide slot."""
-    return [
-        python or sys.executable,
-        "-m",
-        "jitguard.build.launcher",
-        "--slots",
-        str(slots_dir),
-        "--count",
-        str(count),
-        "--",
-    ]
+def launcher_prefix(*, python: str | None = None) -> list[str]:
+    """The argv prefix that runs a command under a host-wide slot (directory and count come from the
+    environment, see ``build.launcher``, so the prefix and thus ninja's view of the command never change)."""
+    return [python or sys.executable, "-m", "jitguard.build.launcher", "--"]
 
 
 def _ninja_escape(text: str) -> str:

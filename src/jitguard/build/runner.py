@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jitguard.build import manifest, process_tree, slots
+from jitguard.build import launcher, manifest, process_tree, slots
 from jitguard.build.oom import OomCounters, text_evidence
 from jitguard.build.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
 from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
@@ -245,7 +245,7 @@ def _build(
     reporter.message(f"jitguard: building {module} with {jobs} job{'s' if jobs != 1 else ''} ({plan.reason})")
     while True:
         attempt_no += 1
-        manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix(slots_dir, jobs))
+        manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix())
         counters.reset()
         attempt = _run_attempt(
             ninja=ninja,
@@ -288,12 +288,12 @@ def _build(
         if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
             jobs = max(1, jobs // 2)
             message = (
-                f"jitguard: a compile job of {module} was killed for lack of memory "
+                f"a compile job of {module} was killed for lack of memory "
                 f"({attempt.oom_evidence[0]}); retrying with {jobs} job{'s' if jobs != 1 else ''} "
                 "(finished objects are kept)"
             )
             _note(log, message)
-            reporter.message(message)
+            reporter.message(f"jitguard: {message}")
             continue
         _note(log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
         findings, detail = _diagnose(attempt, module=module, options=options, log_path=log_path)
@@ -341,6 +341,8 @@ def _run_attempt(
     argv = [ninja, "-C", str(build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
     _note(log, f"attempt {attempt_no}: {' '.join(argv)}")
     env = dict(os.environ, NINJA_STATUS=NINJA_STATUS)
+    env[launcher.SLOTS_DIR_ENV] = str(slots_dir)
+    env[launcher.SLOT_COUNT_ENV] = str(jobs)
     attempt = _Attempt(jobs=jobs)
     progress = BuildProgress(module=module, jobs=jobs, attempt=attempt_no)
     tree = process_tree.ProcessTree.start(argv, env=env)
