@@ -71,6 +71,69 @@ def check_call(
     """Validate one call. Returns ``(T, Hq, Hk, Hv, D, N)``; raises ``GdnInputError``."""
     if _Tensor is None:
         _bind_torch()
+    try:
+        dims = _fast_check(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+    except (AttributeError, TypeError, ValueError):
+        dims = None
+    if dims is not None:
+        return dims
+    return _explain_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+
+
+def _fast_check(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, cu: Any, scale: Any, state: Any
+) -> tuple[int, int, int, int, int, int] | None:
+    """The per-call path: the same rules as ``_explain_call`` with the fewest attribute reads. Returns None
+    (never raises GdnInputError) when anything is off; ``_explain_call`` then finds it and says what."""
+    T = _Tensor
+    if not (isinstance(q, T) and isinstance(k, T) and isinstance(v, T) and isinstance(g, T)):
+        return None
+    if not (isinstance(beta, T) and isinstance(cu, T)):
+        return None
+    t, hq, d = q.shape
+    tk, hk, dk = k.shape
+    tv, hv, dv = v.shape
+    if t != tk or t != tv or d != dk or d != dv:
+        return None
+    if hq == hk:
+        if hv % hq:
+            return None
+    elif hk != hv or hq % hk:
+        return None
+    h = hq if hq > hv else hv
+    dtype = q.dtype
+    if dtype not in _FLOATS or k.dtype != dtype or v.dtype != dtype:
+        return None
+    if g.shape != (t, h) or beta.shape != (t, h) or g.dtype not in _FLOATS or beta.dtype not in _FLOATS:
+        return None
+    device = q.device
+    if k.device != device or v.device != device or g.device != device or beta.device != device:
+        return None
+    (n1,) = cu.shape
+    if n1 < 2 or cu.dtype not in _INTS:
+        return None
+    where = cu.device
+    if where.type == "cpu":
+        check_cu_seqlens_values(cu, t)  # raises GdnInputError itself: the message needs the values
+    elif where != device:
+        return None
+    n = n1 - 1
+    if state is not None and (
+        not isinstance(state, T)
+        or state.shape != (n, h, d, d)
+        or state.dtype != _F32
+        or state.device != device
+    ):
+        return None
+    if scale is not None and (type(scale) not in (float, int) or not math.isfinite(scale) or scale == 0):
+        return None
+    return t, hq, hk, hv, d, n
+
+
+def _explain_call(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, cu_seqlens: Any, scale: Any, initial_state: Any
+) -> tuple[int, int, int, int, int, int]:
+    """The thorough path: finds what is wrong and raises a GdnInputError that says so."""
     T, Hq, D = _shape("q", q, 3, "[T, Hq, D] (packed varlen; flatten a [B, T, H, D] batch to [B*T, H, D])")
     Tk, Hk, Dk = _shape("k", k, 3, "[T, Hk, D]")
     Tv, Hv, Dv = _shape("v", v, 3, "[T, Hv, D]")
