@@ -1,0 +1,84 @@
+"""What each backend takes, its FlashInfer era, and the real load failure of the Triton backend on this machine
+(fla-core is installed, triton is not)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jitguard.gdn.backends import flashinfer, triton
+from jitguard.gdn.convention import CallSpec
+from jitguard.gdn.resolve import classify_failure
+
+QWEN = CallSpec("cuda", "bfloat16", 128, 16, 16, 32)
+
+
+@pytest.mark.parametrize(
+    ("version", "era"),
+    [
+        ("0.6.2", None),
+        ("0.6.3", "nvcc"),
+        ("0.6.6", "nvcc"),
+        ("0.6.13", "nvcc"),
+        ("0.6.14", "cutedsl"),
+        ("0.7.4", "cutedsl"),
+        ("garbage", None),
+        (None, None),
+    ],
+)
+def test_flashinfer_era_by_version(version: str | None, era: str | None) -> None:
+    assert flashinfer.era(version) == era
+
+
+def test_the_installed_flashinfer_is_the_nvcc_era() -> None:
+    assert (
+        flashinfer.installed_version() == "0.6.6" and flashinfer.era(flashinfer.installed_version()) == "nvcc"
+    )
+
+
+def test_flashinfer_takes_a_qwen35_cuda_call() -> None:
+    assert flashinfer.input_findings(QWEN) == []
+    assert flashinfer.input_findings(CallSpec("cuda", "float16", 128, 8, 4, 4)) == []  # GQA
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        (CallSpec("cpu", "bfloat16", 128, 16, 16, 32), "the inputs are on cpu"),
+        (CallSpec("cuda", "float32", 128, 16, 16, 32), "float16 and bfloat16 only"),
+        (CallSpec("cuda", "bfloat16", 64, 16, 16, 32), "D=64"),
+    ],
+)
+def test_flashinfer_refuses_what_it_cannot_take(spec: CallSpec, reason: str) -> None:
+    (finding,) = flashinfer.input_findings(spec)
+    assert finding.code == "gdn-input-unsupported" and finding.severity == "error"
+    assert reason in finding.cause and finding.backend == "flashinfer"
+
+
+def test_triton_takes_float32_and_small_heads_but_not_float64_or_cpu() -> None:
+    assert triton.input_findings(CallSpec("cuda", "float32", 64, 2, 2, 8)) == []
+    (finding,) = triton.input_findings(CallSpec("cpu", "float64", 128, 2, 2, 8))
+    assert "on cpu" in finding.cause and "float64" in finding.cause
+
+
+def test_triton_load_fails_here_for_real_and_is_classified(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLA_FLASH_QLA", "1")  # the user's own choice is kept
+    with pytest.raises(ImportError) as caught:
+        triton.load()
+    assert os.environ["FLA_FLASH_QLA"] == "1"
+    findings = classify_failure(triton, "load", caught.value, alternative="torch")
+    head = findings[0]
+    assert head.code == "gdn-first-use-failed" and "triton" in head.cause
+    assert head.title == "FLA Triton GDN prefill failed to load on first use"
+    assert any("Or use backend='torch'" in fix.text for fix in head.fixes)
+
+
+def test_triton_load_turns_flash_qla_off_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLA_FLASH_QLA", raising=False)
+    try:
+        with pytest.raises(ImportError):
+            triton.load()
+        assert os.environ.get("FLA_FLASH_QLA") == "0"
+    finally:
+        os.environ.pop("FLA_FLASH_QLA", None)
