@@ -310,6 +310,24 @@ def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
 # -- one ninja run -----------------------------------------------------------------------------------------
 
 
+def _launcher_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` where ``python -m jitguard.build.launcher`` can import jitguard.
+
+    An installed jitguard (site-packages, or an editable install's .pth) is found by the launcher's interpreter
+    anyway. A source tree that only this process has on ``sys.path`` (``PYTHONPATH=src`` set in code, a
+    benchmark or test harness) is appended to PYTHONPATH so the compile commands do not fail to start.
+    """
+    import jitguard
+
+    root = str(Path(jitguard.__file__).resolve().parent.parent)
+    if Path(root).name in ("site-packages", "dist-packages"):
+        return env
+    current = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in current:
+        env["PYTHONPATH"] = os.pathsep.join([*current, root])
+    return env
+
+
 def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> None:
     """Copy ninja's output to the log, line by line, and hand each line to the supervisor."""
     try:
@@ -340,7 +358,7 @@ def _run_attempt(
 ) -> _Attempt:
     argv = [ninja, "-C", str(build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
     _note(log, f"attempt {attempt_no}: {' '.join(argv)}")
-    env = dict(os.environ, NINJA_STATUS=NINJA_STATUS)
+    env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
     env[launcher.SLOTS_DIR_ENV] = str(slots_dir)
     env[launcher.SLOT_COUNT_ENV] = str(jobs)
     attempt = _Attempt(jobs=jobs)

@@ -45,7 +45,9 @@ def test_build_tree_stays_within_the_memory_budget_where_plain_ninja_does_not(
     assert plain.peak_bytes > job_share
 
 
-def test_eight_processes_sharing_the_host_budget_stay_within_it_together(tmp_path: Path, cache_dir: Path) -> None:
+def test_eight_processes_sharing_the_host_budget_stay_within_it_together(
+    tmp_path: Path, cache_dir: Path
+) -> None:
     # Each process alone may run 2 jobs; the 8 of them share the same 2 host-wide compile slots.
     budget = parse_size("1G") + 250 * MIB
     mib = 60
@@ -56,13 +58,15 @@ def test_eight_processes_sharing_the_host_budget_stay_within_it_together(tmp_pat
     command = [sys.executable, "-m", "jitguard.cli", "build", "ninja", "--memory-budget", str(budget)]
     command += ["--job-memory", str(120 * MIB), "--progress", "none", "--json"]
     procs = [
-        subprocess.Popen([*command, str(p.manifest)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*command, str(p.manifest)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for p in projects
     ]
     with killing([p.pid for p in procs]), TreeSampler([p.pid for p in procs]) as sampler:
         outputs = [p.communicate(timeout=240) for p in procs]
 
-    for proc, (out, err) in zip(procs, outputs):
+    for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert json.loads(out)["jobs"] == 2
     assert all(o.exists() for p in projects for o in p.outputs)

@@ -62,7 +62,7 @@ def test_oom_killed_job_is_detected_and_the_build_succeeds_with_fewer_jobs(
     build = [sys.executable, "-m", "jitguard.cli", "build", "ninja", str(project.manifest), "--jobs", "2"]
     build += ["--log", str(log), "--progress", "none", "--json"]
     # Join the cgroup, then become the runner: the runner, ninja and every job live under the limit.
-    joined = f"echo $$ > {memory_cgroup / 'cgroup.procs'} && exec \"$@\""
+    joined = f'echo $$ > {memory_cgroup / "cgroup.procs"} && exec "$@"'
     before = _oom_kills(memory_cgroup)
 
     proc = subprocess.run(["sh", "-c", joined, "sh", *build], capture_output=True, text=True, timeout=180)
@@ -86,7 +86,7 @@ def test_oom_kill_at_one_job_fails_with_the_oom_finding_and_the_log(
     log = tmp_path / "build.log"
     build = [sys.executable, "-m", "jitguard.cli", "build", "ninja", str(project.manifest), "--jobs", "1"]
     build += ["--log", str(log), "--progress", "none", "--json"]
-    joined = f"echo $$ > {memory_cgroup / 'cgroup.procs'} && exec \"$@\""
+    joined = f'echo $$ > {memory_cgroup / "cgroup.procs"} && exec "$@"'
 
     proc = subprocess.run(["sh", "-c", joined, "sh", *build], capture_output=True, text=True, timeout=180)
 

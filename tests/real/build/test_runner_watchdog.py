@@ -30,7 +30,9 @@ def _hung_pids(project_root: Path, count: int = 2, wait: float = 30.0) -> list[i
     raise AssertionError(f"the hung job did not start ({path})")
 
 
-def test_stall_watchdog_ends_a_hung_build_and_no_process_of_it_survives(tmp_path: Path, cache_dir: Path) -> None:
+def test_stall_watchdog_ends_a_hung_build_and_no_process_of_it_survives(
+    tmp_path: Path, cache_dir: Path
+) -> None:
     project = write_project(tmp_path / "p", jobs=1, mib=10, seconds=0.1, hang=True)
     # A generous overall timeout: only the stall watchdog can end this build as "stalled".
     options = BuildOptions(jobs=2, timeout=120, stall_timeout=2, progress="none", cache_dir=cache_dir)
@@ -65,13 +67,17 @@ def test_runner_process_ending_takes_the_whole_build_with_it(
 ) -> None:
     project = write_project(tmp_path / "p", jobs=1, mib=10, seconds=60, hang=True)
     command = [sys.executable, "-m", "jitguard.cli", "build", "ninja", str(project.manifest), "--jobs", "2"]
-    runner = subprocess.Popen([*command, "--progress", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = subprocess.Popen(
+        [*command, "--progress", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     with killing([runner.pid]), TreeSampler([runner.pid]) as sampler:
         hung = _hung_pids(project.root)
         time.sleep(0.5)  # let the sampler see the whole tree
         runner.send_signal(how)
         runner.communicate(timeout=30)
-        deadline = time.monotonic() + 10  # SIGKILL: the kernel's PDEATHSIG and ninja's own cleanup take a moment
+        deadline = (
+            time.monotonic() + 10
+        )  # SIGKILL: the kernel's PDEATHSIG and ninja's own cleanup take a moment
         while time.monotonic() < deadline and any(running(p) for p in {*hung, *sampler.seen} - {runner.pid}):
             time.sleep(0.1)
 
