@@ -38,10 +38,11 @@ STATE_RMS_TOL = 5e-3
 
 
 def poison_allocator(megabytes: int = 512) -> None:
-    """Fill the caching allocator's free memory with NaN: the next allocations are carved from it."""
+    """Fill the caching allocator's free memory with 0xFF bytes, a NaN in fp32, fp16 and bf16 alike (an fp32
+    NaN read as bf16 would be half zeros): the next allocations are carved from it."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    junk = torch.full((megabytes * 1024 * 1024 // 4,), float("nan"), dtype=torch.float32, device="cuda")
+    junk = torch.full((megabytes * 1024 * 1024,), 255, dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
     del junk
 
@@ -91,10 +92,10 @@ def check(o: torch.Tensor, state: torch.Tensor, ref: tuple[torch.Tensor, torch.T
 
 def test_poisoning_reaches_the_next_allocation() -> None:
     poison_allocator()
-    fresh = torch.empty(600, 32, 128, dtype=torch.bfloat16, device="cuda")
-    assert torch.isnan(fresh).all(), (
-        "the allocator did not hand back poisoned memory: the poison guards nothing"
-    )
+    for dtype in (torch.bfloat16, torch.float32):
+        fresh = torch.empty(600, 32, 128, dtype=dtype, device="cuda")
+        assert torch.isnan(fresh).all(), f"{dtype}: the allocator did not hand back poisoned memory"
+        del fresh
 
 
 @pytest.mark.timeout(1800)  # FlashInfer 0.6.6 may JIT-build its GDN module on first use
