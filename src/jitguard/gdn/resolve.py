@@ -418,16 +418,18 @@ class Dispatcher:
         if not skipped:
             return
         first = primary_finding(skipped[0].findings) if skipped[0].findings else None
-        detail = f" [{first.code}] {first.title}" if first else ""
+        detail = f"{skipped[0].backend} [{first.code}] {first.title}" if first else skipped[0].backend
         fix = f" Fix: {first.fixes[0].render()}" if first and first.fixes else ""
-        log.warning(
-            "jitguard: GDN prefill on %s runs on %s; %s was skipped:%s.%s See `jitguard gdn explain`.",
-            plan.spec.device_type,
-            chosen.TITLE,
-            skipped[0].backend,
-            detail,
-            fix,
+        notice = make(
+            "gdn-fallback-in-use",
+            backend=chosen.NAME,
+            evidence=[f"{e.backend}: {e.reason}" for e in skipped],
+            device=plan.spec.device_type,
+            title=chosen.TITLE,
+            skipped=detail,
         )
+        plan.trace.append(TraceEntry(chosen.NAME, "note", notice.title, (notice,)))
+        log.warning("jitguard: [%s] %s. %s%s", notice.code, notice.title, notice.cause, fix)
 
     def reset(self) -> None:
         with self._lock:

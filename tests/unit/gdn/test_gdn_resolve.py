@@ -239,3 +239,26 @@ def test_a_launch_failure_falls_through_too(tmp_path: Path) -> None:
     assert o.shape == (21, 4, 128)
     failed = {e.backend: e for e in d.decisions()[0].trace}["fakelaunch"]
     assert failed.outcome == "failed" and "gdn-launch-failed" in codes(failed.findings)
+
+
+class NeverTakesInputs(LinksAgainstLibcuda):
+    NAME = "fastfirst"
+    MODULE = "gdn-prefill/fastfirst"
+
+    def input_findings(self, spec: CallSpec) -> list[Finding]:
+        from jitguard.findings.catalog import make
+
+        return [make("gdn-input-unsupported", backend=self.NAME, title=self.TITLE, reason="D must be 128")]
+
+
+def test_an_accelerator_call_on_a_fallback_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = Dispatcher([NeverTakesInputs(tmp_path), torch_backend], PreflightPasses(cache_dir=tmp_path / "c"))  # type: ignore[list-item]
+    plan = d.plan("auto", CallSpec("cuda", "bfloat16", 64, 2, 2, 4))
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        d._announce(plan)
+        d._announce(plan)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "[gdn-fallback-in-use]" in warning and "fastfirst [gdn-input-unsupported]" in warning
+    assert "gdn-fallback-in-use" in plan.decision().render()
