@@ -10,8 +10,9 @@ generated files) is covered like any other command, so the rewrite works for any
 
 The copy is written next to the log (never over the original). Output paths are unchanged and ninja runs in
 the original build directory. ninja records a hash of each command line, so an object built by plain ``ninja``
-counts as out of date for the wrapped manifest and the other way round; the runner therefore first asks the
-original manifest whether there is anything to do at all (``nothing_to_do``).
+would count as out of date for the wrapped manifest and the other way round: ``build.ninja_log`` records each
+finished object for both command lines, and the runner first asks the original manifest whether there is
+anything to do at all (``nothing_to_do``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jitguard.build import launcher, manifest, process_tree, slots
+from jitguard.build import launcher, manifest, ninja_log, process_tree, slots
 from jitguard.build.oom import OomCounters, text_evidence
 from jitguard.build.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
 from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
@@ -234,8 +234,51 @@ def _build(
     reporter: Reporter,
     started: float,
 ) -> BuildResult:
-    deadline = started + options.timeout
     wrapped = log_path.with_suffix(".ninja")
+    manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix())
+    # ninja's log hashes command lines: keep plain-ninja objects and ours valid for both manifests.
+    record = ninja_log.log_path(build_dir, ninja_file)
+    original = ninja_log.compdb(ninja, build_dir, ninja_file)
+    ours = ninja_log.compdb(ninja, build_dir, wrapped)
+    ninja_log.translate(record, original, ours)
+    try:
+        return _attempts(
+            module=module,
+            build_dir=build_dir,
+            ninja_file=ninja_file,
+            ninja=ninja,
+            plan=plan,
+            options=options,
+            slots_dir=slots_dir,
+            log=log,
+            log_path=log_path,
+            cache_dir=cache_dir,
+            reporter=reporter,
+            started=started,
+            wrapped=wrapped,
+        )
+    finally:
+        if ninja_log.translate(record, ours, original):
+            _note(log, f"recorded the finished objects for plain ninja too ({record})")
+
+
+def _attempts(
+    *,
+    module: str,
+    build_dir: Path,
+    ninja_file: Path,
+    ninja: str,
+    plan: _Plan,
+    options: BuildOptions,
+    slots_dir: Path,
+    log: IO[bytes],
+    log_path: Path,
+    cache_dir: Path,
+    reporter: Reporter,
+    started: float,
+    wrapped: Path,
+) -> BuildResult:
+    deadline = started + options.timeout
     jobs = plan.jobs
     peak_rss = 0
     peak_job = 0
@@ -245,7 +288,6 @@ def _build(
     reporter.message(f"jitguard: building {module} with {jobs} job{'s' if jobs != 1 else ''} ({plan.reason})")
     while True:
         attempt_no += 1
-        manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix())
         counters.reset()
         attempt = _run_attempt(
             ninja=ninja,

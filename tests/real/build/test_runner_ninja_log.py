@@ -1,0 +1,51 @@
+"""Objects are shared with plain ninja both ways: a module prebuilt through jitguard is up to date for
+FlashInfer's own `ninja`, and objects plain ninja built are not compiled again by jitguard."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from ninja_projects import write_project
+
+from jitguard.build.runner import BuildOptions, run_ninja
+
+
+def _plain_ninja(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["ninja", "-C", str(root), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _started(journal: Path) -> int:
+    return (
+        sum(1 for line in journal.read_text().splitlines() if line.startswith("start"))
+        if journal.exists()
+        else 0
+    )
+
+
+def test_objects_built_by_jitguard_are_up_to_date_for_plain_ninja(tmp_path: Path, cache_dir: Path) -> None:
+    project = write_project(tmp_path / "p", jobs=3, mib=5, seconds=0.1)
+    run_ninja(project.root, project.manifest, module="shared", options=BuildOptions(jobs=2, progress="none"))
+    assert _started(project.journal) == 3
+
+    assert "no work to do" in _plain_ninja(project.root, "-n")
+    # Incremental still works: touching one source makes plain ninja rebuild that object only.
+    (project.root / "src1.c").write_text("int f1 = 1;\n")
+    _plain_ninja(project.root)
+    assert _started(project.journal) == 4
+
+
+def test_objects_built_by_plain_ninja_are_not_compiled_again(tmp_path: Path, cache_dir: Path) -> None:
+    project = write_project(tmp_path / "p", jobs=3, mib=5, seconds=0.1)
+    _plain_ninja(project.root, "obj0.o", "obj1.o")  # a partial build, as an interrupted stock build leaves
+    assert _started(project.journal) == 2
+
+    result = run_ninja(
+        project.root, project.manifest, module="shared", options=BuildOptions(jobs=2, progress="none")
+    )
+
+    assert result.attempts == 1
+    assert _started(project.journal) == 3  # only obj2.o was compiled
+    assert all(p.exists() for p in project.outputs)
