@@ -1,0 +1,80 @@
+"""Read a vLLM wheel for the GPU-less test environment that .ci/install_vllm.sh prepares (no network here).
+
+  requirements WHEEL      the wheel's requirements minus what only the GPU build needs: torch and friends
+                          (the machine's CPU torch stands in), CUDA libraries, GPU kernel packages, and
+                          xgrammar (its Linux wheel drags in a 1 GB triton; the script installs it without
+                          dependencies). What is left is what vLLM's Python modules import at module level.
+  pin WHEEL NAME          the requirement the wheel declares for NAME, e.g. 'xgrammar==0.2.8'
+  extract WHEEL DEST      vLLM's Python sources and its .dist-info into DEST (no compiled extensions: they are
+                          built for a CUDA torch and cannot load on the CPU build; vLLM tolerates their absence)
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+GPU_ONLY = re.compile(
+    r"^(torch|torchaudio|torchvision|torchcodec|triton|xgrammar|numba|ray|cupy.*|nvidia-.*|flashinfer.*|"
+    r"apache-tvm-ffi|tilelang|pynvvideocodec|quack-kernels|tokenspeed-mla|humming-kernels|fastsafetensors|"
+    r"instanttensor|nvtx|kernels|deep-gemm|flash-attn.*)$",
+    re.IGNORECASE,
+)
+
+
+def _declared(wheel: str) -> list[Requirement]:
+    """The wheel's unconditional requirements on this platform (extras left out)."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    found = []
+    for line in text.splitlines():
+        if line.startswith("Requires-Dist:"):
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                req.marker = None
+                found.append(req)
+    return found
+
+
+def requirements(wheel: str) -> list[str]:
+    return [str(r) for r in _declared(wheel) if not GPU_ONLY.match(r.name)]
+
+
+def pin(wheel: str, name: str) -> str:
+    for req in _declared(wheel):
+        if req.name.lower() == name.lower():
+            return f"{req.name}{req.specifier}"
+    return name
+
+
+def extract(wheel: str, dest: str) -> int:
+    count = 0
+    with zipfile.ZipFile(wheel) as z:
+        for member in z.namelist():
+            top = member.split("/", 1)[0]
+            if top.endswith(".dist-info") or (top == "vllm" and member.endswith((".py", ".json"))):
+                z.extract(member, Path(dest))
+                count += 1
+    return count
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "requirements":
+        print("\n".join(requirements(argv[1])))
+    elif len(argv) == 3 and argv[0] == "pin":
+        print(pin(argv[1], argv[2]))
+    elif len(argv) == 3 and argv[0] == "extract":
+        print(f"extracted {extract(argv[1], argv[2])} files")
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
