@@ -177,7 +177,14 @@ def run_ninja(
         raise UsageError(f"--jobs {options.jobs}: the number of jobs must be at least 1 (or 'auto')")
     cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
     log_path = Path(log_path) if log_path else default_log_path(cache_dir, module)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the build log {log_path}: {exc.strerror or exc}. Set JITGUARD_CACHE_DIR to a writable "
+            "directory (or give the log another place, e.g. --log /tmp/build.log)."
+        ) from None
     ninja = options.ninja or shutil.which("ninja")
     if not ninja:
         finding = _finding(
@@ -234,7 +241,7 @@ def _build(
     reporter: Reporter,
     started: float,
 ) -> BuildResult:
-    wrapped = log_path.with_suffix(".ninja")
+    wrapped = log_path.with_name(log_path.name + ".ninja")
     manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix())
     # ninja's log hashes command lines: keep plain-ninja objects and ours valid for both manifests.
     record = ninja_log.log_path(build_dir, ninja_file)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import psutil
 import pytest
 from ninja_projects import TreeSampler, killing, running, write_project
 
+from jitguard.build import slots
 from jitguard.build.runner import BuildOptions, run_ninja
 from jitguard.errors import BuildFailed
 
@@ -84,3 +86,16 @@ def test_runner_process_ending_takes_the_whole_build_with_it(
     assert runner.returncode == -how
     survivors = [pid for pid in {*hung, *sampler.seen} if pid != runner.pid and running(pid)]
     assert survivors == []
+
+
+def test_waiting_for_a_slot_another_build_holds_is_not_a_stall(tmp_path: Path, cache_dir: Path) -> None:
+    project = write_project(tmp_path / "p", jobs=1, mib=5, seconds=0.1)
+    slots_dir = tmp_path / "slots"
+    other_build = slots.try_acquire(slots_dir, 1)  # another process on the host compiles in the only slot
+    assert other_build is not None
+    threading.Timer(3.0, other_build.release).start()
+    options = BuildOptions(jobs=1, stall_timeout=1, slots_dir=slots_dir, progress="none", cache_dir=cache_dir)
+
+    result = run_ninja(project.root, project.manifest, module="patient", options=options)
+
+    assert result.attempts == 1 and all(p.exists() for p in project.outputs)
