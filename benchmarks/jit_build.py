@@ -18,7 +18,8 @@ compatible path: FLASHINFER_CUDA_ARCH_LIST=9.0a, FLASHINFER_WORKSPACE_BASE=<work
 fits a time limit; use the same K for every configuration you compare. ``--manifest`` benchmarks any other
 build.ninja instead (used to check this script without a GPU host).
 
-    python benchmarks/jit_build.py --config stock --out OUT [--workspace DIR] [--sources K]
+    python benchmarks/jit_build.py --config stock --out OUT [--workspace DIR] [--sources K] [--max-jobs N]
+    python benchmarks/jit_build.py --render --out benchmarks/results   # table from the collected rows
 """
 
 from __future__ import annotations
@@ -156,10 +157,12 @@ def steps_done(text: str) -> str:
     return f"{found[-1][0]}/{found[-1][1]}" if found else "0/?"
 
 
-def run_stock(build_dir: Path, manifest: Path, time_box: float) -> dict[str, Any]:
+def run_stock(build_dir: Path, manifest: Path, time_box: float, max_jobs: int | None) -> dict[str, Any]:
     env = flashinfer_env(Path(os.environ["FLASHINFER_WORKSPACE_BASE"]))
     ninja = shutil.which("ninja") or "ninja"
     cmd = [ninja, "-v", "-C", str(build_dir.resolve()), "-f", str(manifest.resolve())]
+    if max_jobs:  # what FlashInfer does with MAX_JOBS set
+        cmd += ["-j", str(max_jobs)]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with Sampler([os.getpid()]) as sampler:
@@ -175,7 +178,7 @@ def run_stock(build_dir: Path, manifest: Path, time_box: float) -> dict[str, Any
         "wall_s": round(wall, 1),
         "peak_rss_bytes": sampler.peak_rss,
         "max_cicc": sampler.peak_cicc,
-        "jobs": f"ninja default ({_ninja_default_jobs()})",
+        "jobs": f"MAX_JOBS={max_jobs}" if max_jobs else f"ninja default ({_ninja_default_jobs()})",
         "attempts": 1,
         "status": status,
         "steps": steps_done(out),
@@ -366,14 +369,25 @@ def write_markdown(out: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", choices=CONFIGS, required=True)
+    parser.add_argument("--config", choices=CONFIGS)
     parser.add_argument("--out", type=Path, required=True, help="results dir (jit_build.jsonl, jit_build.md)")
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite jit_build.md from jit_build.jsonl"
+    )
+    parser.add_argument(
+        "--max-jobs", type=int, default=None, help="stock only: run ninja -j N (as MAX_JOBS=N)"
+    )
     parser.add_argument("--workspace", type=Path, default=Path("/tmp/jitguard-bench/workspace"))
     parser.add_argument("--sources", type=int, default=None, help="keep K of the 32 instance TUs (0-32)")
     parser.add_argument("--manifest", type=Path, default=None, help="benchmark this build.ninja instead")
     parser.add_argument("--time-box", type=float, default=570, help="stop a build after this many seconds")
     parser.add_argument("--no-clean", action="store_true", help="do not delete earlier outputs first")
     args = parser.parse_args()
+    if args.render:
+        write_markdown(args.out)
+        return 0
+    if not args.config:
+        parser.error("--config is required (or --render)")
 
     args.out.mkdir(parents=True, exist_ok=True)
     args.workspace.mkdir(parents=True, exist_ok=True)
@@ -392,15 +406,16 @@ def main() -> int:
     print(f"jit_build: {args.config}: {tus} TUs, {manifest}", file=sys.stderr, flush=True)
 
     if args.config == "stock":
-        row = run_stock(build_dir, manifest, args.time_box)
+        row = run_stock(build_dir, manifest, args.time_box, args.max_jobs)
     elif args.config == "default":
         row = run_jitguard(build_dir, manifest, None, args.time_box, cache)
     elif args.config == "32g":
         row = run_jitguard(build_dir, manifest, "32G", args.time_box, cache)
     else:
         row = run_ranks(build_dir, manifest, 4, args.time_box, cache)
+    config = f"stock -j{args.max_jobs}" if args.config == "stock" and args.max_jobs else args.config
     row = {
-        "config": args.config,
+        "config": config,
         "tus": tus,
         **row,
         "machine": machine(),
