@@ -18,7 +18,6 @@ flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: t
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import os
 import shutil
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.build.module_lock import ModuleLock
 from jitguard.config import Settings, default_cache_dir
-from jitguard.errors import BuildFailed
+from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
 
@@ -95,19 +94,6 @@ class BuiltModule:
     loaded: Any = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
-class _Context:
-    module: str
-    options: BuildOptions | None
-    log_path: Path
-    results: list[BuildResult]
-
-
-_ACTIVE: contextvars.ContextVar[_Context | None] = contextvars.ContextVar(
-    "jitguard_flashinfer_build", default=None
-)
-
-
 def build_spec(
     spec: Any,
     *,
@@ -122,6 +108,10 @@ def build_spec(
     env = dict(os.environ if env is None else env)
     settings = Settings.from_env(env)
     module = str(spec.name)
+    if env.get("FLASHINFER_DISABLE_JIT"):
+        raise UsageError(
+            f"FLASHINFER_DISABLE_JIT is set, so FlashInfer must not compile {module}; unset it to build"
+        )
     cache_dir = settings.cache_dir
     failures = FailureCache(cache_dir, ttl=ttl_from_env(env))
     log_path = new_log_path(cache_dir, module)
@@ -209,29 +199,22 @@ def blocks_build(module: str, code: str) -> bool:
     )
 
 
-def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = False) -> None:
-    """Stands in for ``flashinfer.jit.cpp_ext.run_ninja``: the same build, through jitguard's runner."""
+def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = False) -> BuildResult:
+    """Stands in for ``flashinfer.jit.cpp_ext.run_ninja`` (FlashInfer's AOT ``build_jit_specs``, or a direct
+    ``JitSpec.build``): the same ninja build, through jitguard's runner. ``verbose`` is FlashInfer's flag to
+    echo ninja's output; the runner always keeps the full log and reports progress itself."""
     from jitguard.build.runner import run_ninja
 
-    context = _ACTIVE.get()
-    if context is None:
-        # Called outside build_spec (FlashInfer's AOT ``build_jit_specs``, or ``JitSpec.build`` directly).
-        settings = Settings.from_env()
-        module = Path(workdir).name
-        context = _Context(
-            module, default_options(settings, module), new_log_path(settings.cache_dir, module), []
-        )
+    settings = Settings.from_env()
+    module = Path(workdir).name
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    options = (
-        context.options
-        if context.options is not None
-        else default_options(Settings.from_env(), context.module)
+    return run_ninja(
+        Path(workdir),
+        Path(ninja_file),
+        module=module,
+        options=default_options(settings, module),
+        log_path=new_log_path(settings.cache_dir, module),
     )
-    # The runner itself logs the plan, progress and outcome.
-    result = run_ninja(
-        Path(workdir), Path(ninja_file), module=context.module, options=options, log_path=context.log_path
-    )
-    context.results.append(result)
 
 
 def default_options(settings: Settings, module: str) -> BuildOptions:
@@ -289,31 +272,21 @@ def _run_build(
     settings: Settings,
     log_path: Path,
 ) -> BuildResult:
-    module = key.module
-    context = _Context(module, options or default_options(settings, module), log_path, [])
-    token = _ACTIVE.set(context)
+    # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
+    # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
+    from jitguard.build.runner import run_ninja
+
     try:
-        # FlashInfer's own build step (it honours FLASHINFER_DISABLE_JIT), whose run_ninja is ours.
-        spec.build(False, need_lock=False)
+        return run_ninja(
+            Path(spec.build_dir),
+            Path(spec.ninja_path),
+            module=key.module,
+            options=options or default_options(settings, key.module),
+            log_path=log_path,
+        )
     except BuildFailed as exc:
         _record(failures, key, exc.findings, exc.log_path)
         raise
-    except (RuntimeError, OSError) as exc:
-        if type(exc).__name__ == "MissingJITCacheError":
-            raise
-        from jitguard.findings.classify import classify
-
-        found = classify(str(exc), None)
-        _record(failures, key, found, str(log_path))
-        raise BuildFailed(module, found, str(log_path), detail=str(exc).splitlines()[0][:200]) from exc
-    finally:
-        _ACTIVE.reset(token)
-    if not context.results:
-        raise BuildFailed(
-            module, [], str(log_path), detail="FlashInfer did not build through jitguard's runner"
-        )
-    result = context.results[-1]
-    return result
 
 
 def _check_library(

@@ -12,7 +12,6 @@ facts alone. ``register(build_subparsers)`` is called by ``jitguard.cli.build``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 import sys
@@ -126,12 +125,8 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
     timeout = parse_duration(args.timeout, name="--timeout") if args.timeout else settings.build_timeout
     if timeout <= 0:
         raise UsageError(f"--timeout {args.timeout!r}: expected a positive duration such as 90m")
-    return BuildOptions(
-        jobs=jobs,
-        memory_budget=budget,
-        job_memory=settings.job_memory,
-        timeout=timeout,
-        stall_timeout=settings.stall_timeout,
+    return BuildOptions.from_settings(
+        settings, jobs=jobs, memory_budget=budget, timeout=timeout, backend="flashinfer"
     )
 
 
@@ -142,7 +137,6 @@ def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | No
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
     from jitguard.findings.catalog import make
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
-    from jitguard.state.job_memory import JobMemoryStore
 
     facts = facts_for(env)
     fi = facts.flashinfer
@@ -175,9 +169,6 @@ def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | No
         {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
     )
     spec = _gdn_spec(module)
-    if options.job_memory is None:
-        learned = JobMemoryStore(settings.cache_dir).estimate(module)
-        options = dataclasses.replace(options, job_memory=learned) if learned else options
     return build_spec(spec, load=None, options=options, env=env), None
 
 
@@ -210,10 +201,7 @@ def _report_success(
                     "module": built.module,
                     "so_path": str(built.so_path),
                     "log_path": str(built.log_path) if built.log_path else None,
-                    "jobs": result.jobs if result else None,
-                    "attempts": result.attempts if result else None,
-                    "wall_s": result.wall_s if result else None,
-                    "peak_rss_bytes": result.peak_rss_bytes if result else None,
+                    "build": result.to_json() if result else None,
                     "waited_s": round(built.waited_s, 3),
                     "findings": [f.to_json() for f in built.notes],
                 }

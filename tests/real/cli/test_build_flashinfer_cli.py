@@ -1,0 +1,138 @@
+"""`jitguard build flashinfer-gdn` with the REAL flashinfer 0.6.6 on this GPU-less host (no libcuda anywhere).
+
+The full GDN build takes about an hour here, so it never runs to the end: doomed, the command stops at
+pre-flight; with the fix applied, a 3-second --timeout shows that the build really starts, through jitguard's
+runner, and that nothing of it is left running afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+
+def _flashinfer_version() -> str | None:
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (_flashinfer_version() or "").startswith("0.6.6"),
+        reason=f"needs flashinfer-python 0.6.6 (nvcc-era GDN), found {_flashinfer_version()}",
+    ),
+    pytest.mark.skipif(
+        shutil.which("nvcc") is None or shutil.which("ninja") is None, reason="needs nvcc and ninja"
+    ),
+]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "FLASHINFER_", "MAX_JOBS"))}
+    env.update({"JITGUARD_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1", **extra})
+    return env
+
+
+def _jitguard(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jitguard", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        # Whatever happens, no compiler of this test outlives it.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _can_link_libcuda() -> bool:
+    """A real trial link with FlashInfer's -L flags for the CUDA homes this host could resolve."""
+    flags = [
+        f"-L{home}/{sub}" for home in ("/usr/local/cuda", "/usr/local") for sub in ("lib64", "lib64/stubs")
+    ]
+    link = subprocess.run(
+        ["cc", "-shared", "-x", "c", "/dev/null", "-o", os.devnull, *flags, "-lcuda"], capture_output=True
+    )
+    return link.returncode == 0
+
+
+@pytest.mark.skipif(_can_link_libcuda(), reason="this host can link -lcuda; the doomed case needs it missing")
+def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    result = _jitguard(["build", "flashinfer-gdn", "--workspace", str(workspace), "--json"], _env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    payload: dict[str, Any] = json.loads(result.stdout)
+    assert payload["schema"] == "jitguard.build.flashinfer-gdn/1"
+    assert payload["ok"] is False and payload["module"] == "gdn_prefill_sm90"
+    assert "link-missing-libcuda" in [f["code"] for f in payload["findings"]]
+    assert "pre-flight" in payload["detail"]
+    # Stopped before FlashInfer was even imported: it did not create its workspace.
+    assert not workspace.exists()
+
+    again = _jitguard(["build", "flashinfer-gdn", "--workspace", str(workspace)], _env(tmp_path))
+    assert again.returncode == 1
+    assert "failure cache" in again.stderr and "link-missing-libcuda" in again.stderr
+
+
+def test_with_the_fix_the_build_starts_through_the_runner_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "stub.c").write_text("int cuInit(unsigned int flags) { (void)flags; return 0; }\n")
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(stub / "libcuda.so"), str(stub / "stub.c")], check=True
+    )
+    toolkits = [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
+    cuda_home = next((t for t in toolkits if (t / "lib64" / "libcudart.so").exists()), None)
+    if cuda_home is None:
+        pytest.skip(f"no CUDA toolkit with lib64/libcudart.so among {toolkits}")
+    env = _env(tmp_path, FLASHINFER_EXTRA_LDFLAGS=f"-L{stub}", CUDA_HOME=str(cuda_home))
+    workspace = tmp_path / "workspace"
+    args = [
+        "build",
+        "flashinfer-gdn",
+        "--workspace",
+        str(workspace),
+        "--jobs",
+        "1",
+        "--timeout",
+        "3",
+        "--json",
+    ]
+    result = _jitguard(args, env)
+    assert result.returncode == 1, result.stderr
+    payload = json.loads(result.stdout)
+    assert [f["code"] for f in payload["findings"]] == ["build-timeout"]
+    log = Path(payload["log_path"])
+    assert log.parent == tmp_path / "cache" / "logs"
+    text = log.read_text()
+    assert "jitguard: building gdn_prefill_sm90" in text, (
+        text
+    )  # the supervised runner's log, not FlashInfer's
+    assert "nvcc" in text and "gdn_prefill_kernel_" in text  # a real compile had started
+    # FlashInfer generated its sources where the serving process will look for them.
+    generated = workspace / ".cache" / "flashinfer" / "0.6.6" / "90a" / "generated" / "gdn_prefill_sm90"
+    assert len(list(generated.glob("*.cu"))) == 34
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if str(workspace) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert leftovers == []
