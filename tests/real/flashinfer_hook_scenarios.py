@@ -122,6 +122,13 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     out["tiny_again"] = {"status": again.status, "loaded": type(again.loaded).__name__}
     out["sidecars"] = sorted(p.name for p in Path(tiny.lock_path).parent.glob("*.jitguard.json"))
 
+    # FlashInfer's own build path (AOT scripts, JitSpec.build) calls run_ninja: the hook routes it too.
+    direct = core.gen_jit_spec("jitguard_test_direct", [tiny_source])
+    direct.build(False)
+    logs = Path(os.environ["JITGUARD_CACHE_DIR"], "logs")
+    out["direct_so"] = direct.jit_library_path.exists()
+    out["direct_logs"] = len(list(logs.glob("jitguard_test_direct-*.log")))
+
     bad = core.gen_jit_spec("jitguard_test_bad", [bad_source])
     for attempt in ("bad_first", "bad_second"):
         try:

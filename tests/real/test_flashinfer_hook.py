@@ -181,6 +181,11 @@ def test_hooked_build_and_load_builds_through_the_runner_checks_and_loads(
     assert any("[2/2]" in text and "jitguard.build.launcher" in text for text in logs), logs
 
 
+def test_flashinfer_own_build_path_runs_ninja_through_the_runner(stubbed: dict[str, Any]) -> None:
+    assert stubbed["direct_so"] is True
+    assert stubbed["direct_logs"] == 1
+
+
 def test_a_real_compile_error_is_classified_cached_and_retried_once_the_source_changes(
     stubbed: dict[str, Any],
 ) -> None:
