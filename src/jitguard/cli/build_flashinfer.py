@@ -36,7 +36,7 @@ def register(build_subparsers: Any) -> None:
         "flashinfer-gdn",
         help="prebuild FlashInfer's GDN prefill JIT module (no GPU needed)",
         description=(
-            "Build FlashInfer's GDN prefill module (nvcc era, flashinfer-python 0.6.2-0.6.13) into "
+            "Build FlashInfer's GDN prefill module (nvcc era, flashinfer-python 0.6.3-0.6.13) into "
             "FlashInfer's cache ahead of serving, memory-bounded and watched. Fails within seconds, before "
             "any compile, when the environment cannot produce a working module (e.g. no libcuda to link)."
         ),
@@ -177,7 +177,10 @@ def _gdn_spec(module: str) -> Any:
 
     generate = getattr(gdn, f"gen_{module}_module", None)
     if generate is None:
-        raise ImportError(f"flashinfer.jit.gdn has no gen_{module}_module")
+        raise UsageError(
+            f"this FlashInfer has no flashinfer.jit.gdn.gen_{module}_module to generate {module}; "
+            "jitguard prebuilds the GDN module of flashinfer-python 0.6.3-0.6.13"
+        )
     return generate()
 
 
