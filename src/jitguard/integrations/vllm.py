@@ -418,6 +418,11 @@ def unregister() -> None:
         _guard.set_status(None)
 
 
+def is_registered() -> bool:
+    """Whether ``register()`` is in effect in this process."""
+    return _hook is not None
+
+
 def guard() -> GdnGuard:
     """This process's guard (what ``register()`` consults)."""
     return _guard

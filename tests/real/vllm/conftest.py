@@ -1,0 +1,137 @@
+"""Real vLLM releases for the plugin tests, prepared by .ci/install_vllm.sh (the same script CI runs; cached,
+so calling it again costs a moment), and the machine situations the tests put them in."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SCENARIO = Path(__file__).with_name("scenario.py")
+# One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
+VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
+ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
+H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    version: str
+    python: Path
+    src: Path
+
+    def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+        """Run scenario.py in this release's environment; (its RESULT, everything it printed)."""
+        full = dict(env)
+        full["PYTHONPATH"] = str(self.src)
+        full.setdefault("HF_HUB_OFFLINE", "1")
+        full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+        proc = subprocess.run(
+            [str(self.python), str(SCENARIO), json.dumps(spec)],
+            env=full,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+        output = proc.stdout + proc.stderr
+        results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        assert proc.returncode == 0 and results, (
+            f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
+        )
+        return json.loads(results[-1][len("RESULT ") :]), output
+
+
+@pytest.fixture(scope="session")
+def prepared_releases() -> dict[str, VllmRelease]:
+    proc = subprocess.run(
+        ["bash", str(REPO / ".ci" / "install_vllm.sh")],
+        env={**os.environ, "JITGUARD_VLLM_VERSIONS": " ".join(VERSIONS), "JITGUARD_VLLM_ROOT": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        message = (
+            f".ci/install_vllm.sh failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return {v: VllmRelease(v, ROOT / v / "venv" / "bin" / "python", ROOT / v / "src") for v in VERSIONS}
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def release(request: pytest.FixtureRequest, prepared_releases: dict[str, VllmRelease]) -> VllmRelease:
+    return prepared_releases[request.param]
+
+
+def _shared_library(directory: Path, name: str) -> None:
+    """A real shared library the linker accepts for ``-l<name>`` (its contents do not matter to a link)."""
+    source = directory / f"{name}.c"
+    source.write_text(f"int jitguard_test_{name}(void) {{ return 0; }}\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(directory / f"lib{name}.so"), str(source)],
+        check=True,
+        capture_output=True,
+    )
+
+
+class Situations:
+    """Environments for one engine start each, every one with a fresh jitguard cache."""
+
+    def __init__(self, base: Path) -> None:
+        self._base = base
+        self._count = 0
+
+    def _dir(self) -> Path:
+        self._count += 1
+        directory = self._base / f"situation-{self._count}"
+        directory.mkdir()
+        return directory
+
+    def machine(self, **extra: str) -> dict[str, str]:
+        """This machine as it is: no GPU, no libcuda."""
+        directory = self._dir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "VLLM_"))}
+        env["JITGUARD_CACHE_DIR"] = str(directory / "jitguard-cache")
+        env["FLASHINFER_CUDA_ARCH_LIST"] = "9.0a"
+        env["FLASHINFER_WORKSPACE_BASE"] = str(directory / "flashinfer-workspace")
+        env.update(extra)
+        return env
+
+    def hopper(self, *, libcuda: bool) -> dict[str, str]:
+        """This machine dressed as an H200 host: an ``nvidia-smi`` that answers like an H200's driver (a real
+        executable; NVML is absent here, so jitguard's GPU probe asks it), and real ``libcudart.so`` and, when
+        ``libcuda``, ``libcuda.so`` on LIBRARY_PATH, so jitguard's trial link finds them for real."""
+        if shutil.which("gcc") is None:
+            pytest.skip("gcc is needed to build the stand-in CUDA libraries")
+        env = self.machine()
+        directory = Path(env["JITGUARD_CACHE_DIR"]).parent
+        bin_dir = directory / "driver-bin"
+        lib_dir = directory / "cuda-lib"
+        bin_dir.mkdir()
+        lib_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\necho '{H200_SMI}'\n")
+        smi.chmod(0o755)
+        _shared_library(lib_dir, "cudart")
+        if libcuda:
+            _shared_library(lib_dir, "cuda")
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib_dir), env.get("LIBRARY_PATH", "")) if p)
+        return env
+
+
+@pytest.fixture(scope="session")
+def situations(tmp_path_factory: pytest.TempPathFactory) -> Situations:
+    return Situations(tmp_path_factory.mktemp("vllm-situations"))

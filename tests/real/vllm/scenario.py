@@ -1,0 +1,197 @@
+"""Runs inside a vLLM test environment (.ci/install_vllm.sh): the REAL vLLM code of one release, loaded the
+way vLLM loads it, with jitguard's plugin registered by vLLM's own ``load_general_plugins()``.
+
+Usage: ``python scenario.py SPEC_JSON``; prints vLLM's and jitguard's log lines, then one ``RESULT {json}``
+line. SPEC keys:
+
+- ``requests``: the ``--gdn-prefill-backend`` values to build layers with, in order ("auto" = not given).
+- ``layers``: how many GDN prefill ops (``ChunkGatedDeltaRule``, one per GDN layer) to build per request.
+- ``torch_build``: stand in for the torch package fact (e.g. "2.11.0+cu130", the H200 host's torch); the
+  rest of the facts come from this machine's real probes (nvidia-smi, the linker, ...) under the caller's
+  environment. Without it the plugin's default status provider runs unchanged.
+- ``failure``: a finding code recorded in jitguard's real failure cache for FlashInfer GDN before vLLM starts.
+
+The one part that cannot be real here is the GPU: vLLM's GDN layer module gets a CUDA SM90 platform object
+(vLLM's own ``Platform`` class, capability 9.0) in place of ``current_platform``, so vLLM's real selection
+code takes the branch it takes on an H200. The rest of vLLM (config, CustomOp, the layer module) is real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CURRENT = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
+SPRING_2026 = "vllm.model_executor.layers.mamba.gdn_linear_attn"
+
+
+def sm90_platform() -> Any:
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    class Hopper(Platform):
+        _enum = PlatformEnum.CUDA
+        device_name = "cuda"
+        device_type = "cuda"
+        dispatch_key = "CUDA"
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> Any:
+            return DeviceCapability(9, 0)
+
+        @classmethod
+        def get_cuda_runtime_major(cls) -> int:
+            return 13
+
+    return Hopper()
+
+
+def facts_with_torch(build: str) -> Any:
+    """This machine's real facts, except that torch is the given build (this venv's torch is the CPU one)."""
+    from jitguard.config import Settings
+    from jitguard.facts import collect, fingerprint
+    from jitguard.facts.packages import PackageFacts, PackageInfo
+
+    facts = collect(cache_dir=Settings.from_env().cache_dir)
+    pkgs = facts.packages
+    others = tuple(p for p in pkgs.installed if p.name != "torch")
+    packages = PackageFacts(installed=(*others, PackageInfo("torch", build, None)), missing=pkgs.missing)
+    parts = {f.name: getattr(facts, f.name) for f in dataclasses.fields(facts) if f.name != "fingerprint"}
+    parts["packages"] = packages
+    return dataclasses.replace(facts, packages=packages, fingerprint=fingerprint.compute(**parts))
+
+
+def qwen3_next_config(directory: Path) -> Path:
+    """A small Qwen3-Next config.json (GDN heads of the real model: K = V = 128), written by transformers."""
+    from transformers import Qwen3NextConfig
+
+    config = Qwen3NextConfig(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        vocab_size=1024,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=128,
+    )
+    config.architectures = ["Qwen3NextForCausalLM"]
+    config.save_pretrained(directory)
+    return directory
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
+    import vllm
+    from vllm.plugins import load_general_plugins
+
+    from jitguard.integrations import vllm as plugin
+
+    result: dict[str, Any] = {"vllm": vllm.__version__, "status_calls": 0}
+    load_general_plugins()  # vLLM's own loader: finds jitguard's entry point and calls register()
+    result["registered"] = plugin.is_registered()
+
+    if spec.get("failure"):
+        record_failure(spec["failure"], spec.get("torch_build"))
+    base = plugin.default_status
+    if spec.get("torch_build"):
+        from jitguard.gdn.resolve import backend_status
+
+        facts = facts_with_torch(spec["torch_build"])
+
+        def base() -> Any:
+            return backend_status("flashinfer", facts=facts)
+
+    def counted() -> Any:
+        result["status_calls"] += 1
+        return base()
+
+    if result["registered"]:
+        plugin.register(status=counted)
+
+    try:
+        module = importlib.import_module(CURRENT)
+        result["layout"] = "current"
+        result["hooked"] = hasattr(module._resolve_gdn_prefill_backend, "__jitguard_original__")
+    except ModuleNotFoundError as exc:
+        if not exc.name or not CURRENT.startswith(exc.name):
+            raise
+        module = importlib.import_module(SPRING_2026)
+        result["layout"] = "spring-2026"
+        result["hooked"] = hasattr(module.ChunkGatedDeltaRule.__init__, "__jitguard_original__")
+    module.current_platform = sm90_platform()
+
+    from vllm.config import DeviceConfig, ModelConfig, VllmConfig, set_current_vllm_config
+
+    model = ModelConfig(
+        model=str(qwen3_next_config(Path(tempfile.mkdtemp(prefix="qwen3next-")))),
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+    )
+    result["runs"] = []
+    for requested in spec["requests"]:
+        extra = {} if requested == "auto" else {"gdn_prefill_backend": requested}
+        config = VllmConfig(
+            model_config=model, device_config=DeviceConfig(device="cpu"), additional_config=extra
+        )
+        run: dict[str, Any] = {"requested": requested, "layers": [], "error": None}
+        if result["layout"] == "current":
+            resolve = module._resolve_gdn_prefill_backend
+            run["vllm_choice"] = list(getattr(resolve, "__jitguard_original__", resolve)(config))
+        try:
+            with set_current_vllm_config(config):
+                for _ in range(spec.get("layers", 1)):
+                    op = module.ChunkGatedDeltaRule()
+                    flashinfer = op._forward_method == op.forward_cuda
+                    run["layers"].append("flashinfer" if flashinfer else "triton")
+                    if hasattr(op, "gdn_prefill_backend"):
+                        assert op.gdn_prefill_backend == run["layers"][-1], op.gdn_prefill_backend
+            if result["layout"] == "current":
+                run["resolver"] = list(module._resolve_gdn_prefill_backend(config))
+        except Exception as exc:  # the test asserts on what it was
+            run["error"] = {"type": type(exc).__name__, "bases": [c.__name__ for c in type(exc).__mro__]}
+            run["error"]["message"] = str(exc)
+            run["error"]["codes"] = [f.code for f in getattr(exc, "findings", ())]
+        run["status_calls"] = result["status_calls"]
+        result["runs"].append(run)
+    if result["status_calls"]:
+        status = plugin.guard().status()
+        result["status"] = {
+            "usable": status.usable,
+            "codes": [f.code for f in status.findings],
+            "blocking": [f.code for f in status.findings if f.severity == "error"],
+        }
+    return result
+
+
+def record_failure(code: str, torch_build: str | None) -> None:
+    from jitguard.config import Settings
+    from jitguard.findings.catalog import make
+    from jitguard.gdn.backends.flashinfer import MODULE
+    from jitguard.state.failure_cache import FailureCache
+
+    assert MODULE is not None
+    facts = facts_with_torch(torch_build) if torch_build else None
+    if facts is None:
+        from jitguard.facts import collect
+
+        facts = collect(cache_dir=Settings.from_env().cache_dir)
+    finding = make(code, backend="flashinfer", evidence=["recorded by tests/real/vllm/scenario.py"])
+    FailureCache(Settings.from_env().cache_dir).record_failure(MODULE, facts.fingerprint, [finding])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    outcome = main(json.loads(sys.argv[1]))
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(outcome), flush=True)

@@ -1,0 +1,162 @@
+"""The plugin against the REAL code of released vLLM versions, one per GDN layer layout (0.21.0: spring 2026,
+``mamba/gdn_linear_attn.py``; 0.33.0: current, ``mamba/gdn/qwen_gdn_linear_attn.py``).
+
+Each module-scoped fixture is one engine start: vLLM's own ``load_general_plugins()`` registers jitguard, the
+layer module is imported (and patched on import), and real ``ChunkGatedDeltaRule`` ops (one per GDN layer)
+are built under a real ``VllmConfig`` for each ``--gdn-prefill-backend`` value. Only the GPU is a stand-in
+(see scenario.py); the facts behind each verdict come from jitguard's real probes of the situation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# The H200 host's torch: the one fact a CPU-only test venv cannot make real (its torch is the CPU build).
+CUDA_TORCH = "2.11.0+cu130"
+FALLBACK = "jitguard: vLLM chose FlashInfer GDN prefill"
+
+
+def fallback_warnings(output: str) -> list[str]:
+    return [line for line in output.splitlines() if FALLBACK in line]
+
+
+def run_for(result: dict[str, Any], requested: str) -> dict[str, Any]:
+    return next(r for r in result["runs"] if r["requested"] == requested)
+
+
+def assert_hooked(result: dict[str, Any], release: Any) -> None:
+    expected = "spring-2026" if release.version.startswith(("0.19", "0.20", "0.21")) else "current"
+    assert result["vllm"] == release.version
+    assert result["layout"] == expected
+    assert result["registered"] and result["hooked"]
+
+
+# ---- FlashInfer workable --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def workable(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    spec = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH}
+    return release.run(spec, situations.hopper(libcuda=True))
+
+
+def test_workable_flashinfer_keeps_vllms_choice(workable: tuple[dict[str, Any], str], release: Any) -> None:
+    result, output = workable
+    assert_hooked(result, release)
+    assert result["status"]["usable"], result["status"]
+    for requested in ("auto", "flashinfer"):
+        run = run_for(result, requested)
+        assert run["error"] is None, run["error"]
+        assert run["layers"] == ["flashinfer", "flashinfer"]
+        if result["layout"] == "current":
+            assert run["resolver"] == run["vllm_choice"] == [requested, "flashinfer"]
+    assert fallback_warnings(output) == []
+
+
+# ---- FlashInfer doomed: no libcuda ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def doomed(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    spec = {"requests": ["triton", "auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH}
+    return release.run(spec, situations.hopper(libcuda=False))
+
+
+def test_doomed_status_names_the_missing_libcuda(doomed: tuple[dict[str, Any], str]) -> None:
+    result, _ = doomed
+    assert not result["status"]["usable"]
+    # The H200 stand-in and libcudart were seen: the missing libcuda is the one reason.
+    assert result["status"]["blocking"] == ["link-missing-libcuda"]
+
+
+def test_explicit_triton_is_untouched_and_never_asks(
+    doomed: tuple[dict[str, Any], str], release: Any
+) -> None:
+    result, _ = doomed
+    assert_hooked(result, release)
+    run = run_for(result, "triton")
+    assert run["error"] is None
+    assert run["layers"] == ["triton"] * 3
+    assert run["status_calls"] == 0
+    if result["layout"] == "current":
+        assert run["resolver"] == run["vllm_choice"] == ["triton", "triton"]
+
+
+def test_auto_falls_back_to_triton_with_one_warning(doomed: tuple[dict[str, Any], str]) -> None:
+    result, output = doomed
+    run = run_for(result, "auto")
+    assert run["error"] is None
+    assert run["layers"] == ["triton"] * 3
+    assert run["status_calls"] == 1  # asked once for the whole process
+    if result["layout"] == "current":
+        assert run["vllm_choice"] == ["auto", "flashinfer"]  # vLLM alone would have built FlashInfer
+        assert run["resolver"] == ["auto", "triton"]
+    warnings = fallback_warnings(output)
+    assert len(warnings) == 1, output[-4000:]
+    assert "[link-missing-libcuda]" in warnings[0]
+    assert "Fix:" in warnings[0] and "Triton" in warnings[0]
+
+
+def test_explicit_flashinfer_fails_at_engine_init(doomed: tuple[dict[str, Any], str]) -> None:
+    result, _ = doomed
+    run = run_for(result, "flashinfer")
+    assert run["layers"] == []  # the first GDN layer refused to be built
+    error = run["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert "link-missing-libcuda" in error["codes"]
+    assert "--gdn-prefill-backend triton" in error["message"]
+    if result["layout"] == "current":
+        assert run["vllm_choice"] == ["flashinfer", "flashinfer"]
+
+
+# ---- a failure recorded in jitguard's failure cache -----------------------------------------------------
+@pytest.fixture(scope="module")
+def cached_failure(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    spec = {"requests": ["auto", "flashinfer"], "torch_build": CUDA_TORCH, "failure": "build-oom-killed"}
+    return release.run(spec, situations.hopper(libcuda=True))
+
+
+def test_cached_failure_sends_auto_to_triton(cached_failure: tuple[dict[str, Any], str]) -> None:
+    result, output = cached_failure
+    # Pre-flight alone passes in this situation (the workable test): the cache entry is the only reason.
+    assert result["status"]["blocking"] == ["gdn-cached-failure"]
+    assert run_for(result, "auto")["layers"] == ["triton"]
+    warnings = fallback_warnings(output)
+    assert len(warnings) == 1 and "[gdn-cached-failure]" in warnings[0]
+
+
+def test_cached_failure_refuses_explicit_flashinfer(cached_failure: tuple[dict[str, Any], str]) -> None:
+    result, _ = cached_failure
+    error = run_for(result, "flashinfer")["error"]
+    assert error is not None and "gdn-cached-failure" in error["codes"]
+
+
+# ---- this machine as it is, through the plugin's default status (what ships) ----------------------------
+@pytest.fixture(scope="module")
+def this_machine(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    return release.run({"requests": ["auto", "flashinfer"]}, situations.machine())
+
+
+def test_this_gpu_less_machine_gets_triton_from_real_facts(this_machine: tuple[dict[str, Any], str]) -> None:
+    result, output = this_machine
+    assert {"gpu-none", "link-missing-libcuda"} <= set(result["status"]["codes"])
+    assert run_for(result, "auto")["layers"] == ["triton"]
+    assert "BackendUnavailable" in run_for(result, "flashinfer")["error"]["bases"]
+    assert len(fallback_warnings(output)) == 1
+
+
+# ---- JITGUARD_DISABLE=1 ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def disabled(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    return release.run({"requests": ["auto", "flashinfer"]}, situations.machine(JITGUARD_DISABLE="1"))
+
+
+def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None:
+    result, output = disabled
+    assert not result["registered"] and not result["hooked"]
+    assert result["status_calls"] == 0
+    for requested in ("auto", "flashinfer"):
+        run = run_for(result, requested)
+        assert run["error"] is None
+        assert run["layers"] == ["flashinfer"]  # vLLM's own choice on an SM90 platform, even though doomed
+    assert "jitguard" not in output
