@@ -1,0 +1,149 @@
+"""Corner cases of finding and patching vLLM's GDN backend choice, on a stand-in ``vllm`` package written
+to a temp dir (the real releases are tested in tests/real/vllm; these are the shapes they do not have)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jitguard.gdn.resolve import BackendStatus
+from jitguard.integrations import vllm as plugin
+
+CURRENT_SOURCE = """
+def _resolve_gdn_prefill_backend(vllm_config):
+    return vllm_config
+"""
+SPRING_SOURCE = """
+class ChunkGatedDeltaRule:
+    def __init__(self):
+        self._forward_method = self.forward_cuda
+
+    def forward_cuda(self):
+        return "flashinfer"
+
+    def forward_native(self):
+        return "triton"
+
+def get_current_vllm_config():
+    class Config:
+        additional_config = {"gdn_prefill_backend": REQUESTED}
+    return Config()
+
+REQUESTED = "auto"
+"""
+DOOMED = BackendStatus("flashinfer", False, ())
+
+
+def write_vllm(root: Path, files: dict[str, str]) -> None:
+    for relative, source in {"vllm/__init__.py": "", **files}.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(root).parents:
+            if str(parent) not in (".", "") and not (root / parent / "__init__.py").exists():
+                (root / parent / "__init__.py").write_text("")
+        path.write_text(textwrap.dedent(source))
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
+    yield tmp_path
+    plugin.unregister()
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+CURRENT_PATH = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"
+SPRING_PATH = "vllm/model_executor/layers/mamba/gdn_linear_attn.py"
+
+
+def test_a_module_imported_after_register_is_patched_on_import(stand_in: Path) -> None:
+    write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
+    assert plugin.register(status=lambda: DOOMED)
+    module = importlib.import_module(plugin.CURRENT.module)
+    assert module._resolve_gdn_prefill_backend(("auto", "flashinfer")) == ("auto", "triton")
+    assert module._resolve_gdn_prefill_backend(("triton", "triton")) == ("triton", "triton")
+
+
+def test_a_module_imported_before_register_is_patched_at_once(stand_in: Path) -> None:
+    write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
+    module = importlib.import_module(plugin.CURRENT.module)
+    plugin.register(status=lambda: DOOMED)
+    assert module._resolve_gdn_prefill_backend(("auto", "flashinfer")) == ("auto", "triton")
+
+
+def test_register_twice_wraps_once_and_unregister_restores(stand_in: Path) -> None:
+    write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
+    module = importlib.import_module(plugin.CURRENT.module)
+    original = module._resolve_gdn_prefill_backend
+    plugin.register(status=lambda: DOOMED)
+    plugin.register(status=lambda: DOOMED)
+    assert module._resolve_gdn_prefill_backend.__jitguard_original__ is original
+    assert sum(isinstance(f, type(plugin._hook)) for f in sys.meta_path) == 1
+    plugin.unregister()
+    assert module._resolve_gdn_prefill_backend is original
+    assert not plugin.is_registered()
+
+
+def test_a_missing_function_is_tolerated_with_a_debug_line(
+    stand_in: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_vllm(stand_in, {CURRENT_PATH: "def something_else():\n    return 1\n"})
+    plugin.register(status=lambda: DOOMED)
+    with caplog.at_level(logging.DEBUG, logger="jitguard"):
+        module = importlib.import_module(plugin.CURRENT.module)
+    assert module.something_else() == 1
+    assert any("has no _resolve_gdn_prefill_backend" in r.getMessage() for r in caplog.records)
+    assert all(r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_an_unexpected_return_shape_is_passed_through(stand_in: Path) -> None:
+    write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
+    plugin.register(status=lambda: DOOMED)
+    module = importlib.import_module(plugin.CURRENT.module)
+    assert module._resolve_gdn_prefill_backend("flashinfer") == "flashinfer"
+
+
+def test_spring_layout_switches_the_forward_method(stand_in: Path) -> None:
+    write_vllm(stand_in, {SPRING_PATH: SPRING_SOURCE})
+    plugin.register(status=lambda: DOOMED)
+    module = importlib.import_module(plugin.SPRING_2026.module)
+    assert module.ChunkGatedDeltaRule()._forward_method() == "triton"
+    module.REQUESTED = "flashinfer"
+    with pytest.raises(plugin.VllmBackendUnavailable):
+        module.ChunkGatedDeltaRule()
+
+
+def test_spring_layout_without_a_triton_path_is_left_alone(stand_in: Path) -> None:
+    write_vllm(stand_in, {SPRING_PATH: SPRING_SOURCE.replace("def forward_native", "def forward_other")})
+    plugin.register(status=lambda: DOOMED)
+    module = importlib.import_module(plugin.SPRING_2026.module)
+    assert module.ChunkGatedDeltaRule()._forward_method() == "flashinfer"
+
+
+def test_a_malformed_setting_turns_the_plugin_off_with_one_clear_line(
+    stand_in: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_vllm(stand_in, {})
+    monkeypatch.setenv("JITGUARD_DISABLE", "maybe")
+    with caplog.at_level(logging.DEBUG, logger="jitguard"):
+        assert plugin.register() is False
+    assert not plugin.is_registered()
+    [record] = caplog.records
+    assert "JITGUARD_DISABLE='maybe' is not valid" in record.getMessage()
+    assert not record.exc_info  # a sentence, not a traceback
+
+
+def test_disable_makes_register_a_no_op(stand_in: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_vllm(stand_in, {})
+    monkeypatch.setenv("JITGUARD_DISABLE", "1")
+    assert plugin.register() is False
+    assert not plugin.is_registered()
