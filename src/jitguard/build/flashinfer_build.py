@@ -8,7 +8,7 @@ In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock f
 3. cold build only, pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) ->
    ``BuildFailed`` before the first compile, recorded in the failure cache;
 4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
-   classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk);
+   classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk, lock);
 5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded;
 6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
 
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from jitguard.facts import Facts
 
 
-# Causes that belong to this attempt, not to the environment: retrying may well succeed, so never cache them.
-TRANSIENT_CODES = frozenset(
-    {"build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full", "disk-low"}
-)
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
 # running the kernel (no GPU on a build host is fine) or about other backends.
 BUILD_BLOCKING_CODES = frozenset(
@@ -323,10 +319,8 @@ def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path
 def _record(
     failures: FailureCache, key: _Key, findings: tuple[Finding, ...] | list[Finding], log_path: str | None
 ) -> None:
-    if findings and not any(f.code in TRANSIENT_CODES for f in findings):
-        failures.record_failure(
-            key.module, key.fingerprint, list(findings), log_path, source_digest=key.digest
-        )
+    # The cache itself declines transient causes (timeout, stall, interrupt, disk, lock).
+    failures.record_failure(key.module, key.fingerprint, list(findings), log_path, source_digest=key.digest)
 
 
 def _mtime(path: Path) -> int | None:

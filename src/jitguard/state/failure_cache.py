@@ -38,6 +38,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 Outcome = Literal["failure", "success"]
 
+# Causes that belong to one attempt, not to the environment: the next attempt may well succeed, so a failure
+# carrying any of them is never cached (by any caller: the build hook, the GDN resolver, the CLI).
+TRANSIENT_CODES = frozenset(
+    {"build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full", "disk-low"}
+)
+
 
 @dataclass(frozen=True)
 class FailureRecord:
@@ -168,7 +174,11 @@ class FailureCache:
         log_path: str | Path | None = None,
         *,
         source_digest: str | None = None,
-    ) -> FailureRecord:
+    ) -> FailureRecord | None:
+        """Remember a failure; returns None without writing when a finding's cause is transient
+        (``TRANSIENT_CODES``) or there is no finding to remember."""
+        if not findings or any(f.code in TRANSIENT_CODES for f in findings):
+            return None
         return self._write(module, fingerprint, "failure", tuple(findings), log_path, source_digest)
 
     def record_success(

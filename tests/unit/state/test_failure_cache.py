@@ -58,6 +58,21 @@ def test_a_success_is_not_a_failure_but_is_remembered(cache: FailureCache) -> No
     assert outcome is not None and outcome.outcome == "success" and outcome.findings == ()
 
 
+@pytest.mark.parametrize(
+    "code", ["build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full"]
+)
+def test_a_failure_with_a_transient_cause_is_not_cached(cache: FailureCache, code: str) -> None:
+    transient = Finding(code, "error", "t", "c")
+    assert cache.record_failure("m", FP, [LIBCUDA, transient]) is None
+    assert cache.get("m", FP) is None
+    assert cache.entries() == []
+
+
+def test_a_failure_without_findings_is_not_cached(cache: FailureCache) -> None:
+    assert cache.record_failure("m", FP, []) is None
+    assert cache.get("m", FP) is None
+
+
 def test_a_changed_fingerprint_is_a_miss(cache: FailureCache) -> None:
     cache.record_failure("m", FP, [LIBCUDA])
     assert cache.get("m", FP + "-changed") is None
