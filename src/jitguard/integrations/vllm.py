@@ -14,7 +14,9 @@ It does two things:
     ``_resolve_gdn_prefill_backend(vllm_config) -> (requested, active)``;
   - vLLM 0.19 - 0.21 (spring 2026): ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
     ``ChunkGatedDeltaRule.__init__`` sets ``_forward_method`` to ``forward_cuda`` (FlashInfer) or
-    ``forward_native`` (Triton/FLA).
+    ``forward_native`` (Triton/FLA);
+  - vLLM 0.17 - 0.18: the same ``ChunkGatedDeltaRule`` in ``vllm/model_executor/models/qwen3_next.py``
+    (0.17 has no ``--gdn-prefill-backend``: FlashInfer on every SM90).
 
   Only a choice of FlashInfer is examined; then jitguard asks ``backend_status("flashinfer")`` (pre-flight
   findings on this machine's facts + the failure cache), once per process:
@@ -77,7 +79,8 @@ CURRENT = Layout(
 SPRING_2026 = Layout(
     "vllm.model_executor.layers.mamba.gdn_linear_attn", "ChunkGatedDeltaRule.__init__", "0.19-0.21"
 )
-LAYOUTS = (CURRENT, SPRING_2026)
+MODEL_FILE = Layout("vllm.model_executor.models.qwen3_next", "ChunkGatedDeltaRule.__init__", "0.17-0.18")
+LAYOUTS = (CURRENT, SPRING_2026, MODEL_FILE)
 
 
 # ---- the decision (pure) ----------------------------------------------------------------------------------
@@ -254,11 +257,12 @@ def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
     return True
 
 
-def _patch_spring_2026(module: ModuleType, guard: GdnGuard) -> bool:
-    """vLLM 0.19-0.21: the choice lives in ``ChunkGatedDeltaRule.__init__``, which reads the option from
-    the current vLLM config and sets ``self._forward_method`` to ``forward_cuda`` (FlashInfer) or
-    ``forward_native`` (Triton/FLA). Wrap it and correct the method it picked."""
-    cls = getattr(module, "ChunkGatedDeltaRule", None)
+def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
+    """vLLM 0.17-0.21: the choice lives in ``ChunkGatedDeltaRule.__init__``, which reads the option (0.18+)
+    from the current vLLM config and sets ``self._forward_method`` to ``forward_cuda`` (FlashInfer) or
+    ``forward_native`` (Triton/FLA). Wrap it and correct the method it picked. (In later releases
+    ``models/qwen3_next.py`` no longer defines the op: a debug line says so.)"""
+    cls = module.__dict__.get("ChunkGatedDeltaRule")
     original = getattr(cls, "__init__", None) if cls is not None else None
     if cls is None or not callable(original) or not hasattr(cls, "forward_native"):
         log.debug(
@@ -287,7 +291,8 @@ def _patch_spring_2026(module: ModuleType, guard: GdnGuard) -> bool:
 
 _PATCHES: dict[str, Callable[[ModuleType, GdnGuard], bool]] = {
     CURRENT.module: _patch_current,
-    SPRING_2026.module: _patch_spring_2026,
+    SPRING_2026.module: _patch_op_init,
+    MODEL_FILE.module: _patch_op_init,
 }
 
 
@@ -296,10 +301,10 @@ def _unpatch(module: ModuleType) -> None:
         wrapped = getattr(module, CURRENT.target, None)
         if hasattr(wrapped, _MARK):
             setattr(module, CURRENT.target, getattr(wrapped, _MARK))
-    elif module.__name__ == SPRING_2026.module:
-        cls = getattr(module, "ChunkGatedDeltaRule", None)
-        if cls is not None and hasattr(cls.__init__, _MARK):
-            cls.__init__ = getattr(cls.__init__, _MARK)
+        return
+    cls = module.__dict__.get("ChunkGatedDeltaRule")
+    if cls is not None and hasattr(cls.__init__, _MARK):
+        cls.__init__ = getattr(cls.__init__, _MARK)
 
 
 def _apply(module: ModuleType) -> None:

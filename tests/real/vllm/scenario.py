@@ -29,6 +29,7 @@ from typing import Any
 
 CURRENT = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 SPRING_2026 = "vllm.model_executor.layers.mamba.gdn_linear_attn"
+MODEL_FILE = "vllm.model_executor.models.qwen3_next"  # 0.17-0.18
 
 
 def sm90_platform() -> Any:
@@ -119,15 +120,19 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     if result["registered"]:
         plugin.register(status=counted)
 
-    try:
-        module = importlib.import_module(CURRENT)
-        result["layout"] = "current"
-        result["hooked"] = hasattr(module._resolve_gdn_prefill_backend, "__jitguard_original__")
-    except ModuleNotFoundError as exc:
-        if not exc.name or not CURRENT.startswith(exc.name):
+    for layout, name in (("current", CURRENT), ("spring-2026", SPRING_2026), ("model-file", MODEL_FILE)):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue
             raise
-        module = importlib.import_module(SPRING_2026)
-        result["layout"] = "spring-2026"
+        if layout == "current" or "ChunkGatedDeltaRule" in module.__dict__:
+            break
+    result["layout"] = layout
+    if layout == "current":
+        result["hooked"] = hasattr(module._resolve_gdn_prefill_backend, "__jitguard_original__")
+    else:
         result["hooked"] = hasattr(module.ChunkGatedDeltaRule.__init__, "__jitguard_original__")
     module.current_platform = sm90_platform()
 

@@ -1,5 +1,6 @@
-"""The plugin against the REAL code of released vLLM versions, one per GDN layer layout (0.21.0: spring 2026,
-``mamba/gdn_linear_attn.py``; 0.33.0: current, ``mamba/gdn/qwen_gdn_linear_attn.py``).
+"""The plugin against the REAL code of released vLLM versions, one per GDN layer layout (by default 0.21.0:
+spring 2026, ``mamba/gdn_linear_attn.py``; 0.33.0: current, ``mamba/gdn/qwen_gdn_linear_attn.py``; any
+other release with JITGUARD_VLLM_VERSIONS, e.g. 0.18.1 for ``models/qwen3_next.py``).
 
 Each module-scoped fixture is one engine start: vLLM's own ``load_general_plugins()`` registers jitguard, the
 layer module is imported (and patched on import), and real ``ChunkGatedDeltaRule`` ops (one per GDN layer)
@@ -29,7 +30,8 @@ def run_for(result: dict[str, Any], requested: str) -> dict[str, Any]:
 
 
 def assert_hooked(result: dict[str, Any], release: Any) -> None:
-    expected = "spring-2026" if release.version.startswith(("0.19", "0.20", "0.21")) else "current"
+    minor = int(release.version.split(".")[1])
+    expected = "model-file" if minor < 19 else "spring-2026" if minor < 22 else "current"
     assert result["vllm"] == release.version
     assert result["layout"] == expected
     assert result["registered"] and result["hooked"]
