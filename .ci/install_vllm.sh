@@ -35,25 +35,30 @@ for version in $VERSIONS; do
     rm -rf "$dir/wheel"
 
     "$PY" -m venv --system-site-packages "$dir/venv"
-    "$dir/venv/bin/python" -m pip install -q -r "$dir/requirements.txt"
+    # The machine's torch stands in; a dependency that wants another torch must fail here, not fetch a CUDA one.
+    "$PY" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$dir/constraints.txt"
+    "$dir/venv/bin/python" -m pip install -q -r "$dir/requirements.txt" -c "$dir/constraints.txt"
     # vLLM imports xgrammar at module level; its dependencies (torch, triton) are not wanted here.
     "$dir/venv/bin/python" -m pip install -q --no-deps "$xgrammar"
 
     # The proof that this worked: vLLM's GDN layer module imports with the CPU torch.
     PYTHONPATH="$dir/src" "$dir/venv/bin/python" - <<'EOF'
 import importlib, sys
-for name in ("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
-             "vllm.model_executor.layers.mamba.gdn_linear_attn"):
+for name in ("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",  # 0.22+
+             "vllm.model_executor.layers.mamba.gdn_linear_attn",  # 0.19-0.21
+             "vllm.model_executor.models.qwen3_next"):  # 0.17-0.18
     try:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if not exc.name or not name.startswith(exc.name):
             raise
         continue
+    if name.endswith("qwen3_next") and "ChunkGatedDeltaRule" not in vars(module):
+        continue
     print(f"  imports {name}")
     break
 else:
-    sys.exit("no GDN layer module found in this vLLM version")
+    sys.exit("no GDN prefill backend choice found in this vLLM version")
 EOF
     echo "$STAMP" > "$dir/ready"
     echo "vllm $version: ready at $dir ($((SECONDS - started)) s, $(du -sh "$dir" | cut -f1))"

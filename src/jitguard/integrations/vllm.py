@@ -183,6 +183,7 @@ class GdnGuard:
         """The backend vLLM should use; raises VllmBackendUnavailable for an explicit FlashInfer that cannot
         work. A crash in jitguard's own checks leaves vLLM's choice in place (warned once)."""
         with self._lock:
+            _route_logs()  # vLLM may have configured its logging only after register() ran
             if self._status_failed and chosen == FLASHINFER:
                 return chosen
             try:
@@ -446,7 +447,8 @@ def _install_build_hook() -> None:
 
 def _route_logs() -> None:
     """Show jitguard's log lines in vLLM's log, in vLLM's format: vLLM configures only its own 'vllm' logger,
-    so without this jitguard's INFO lines (build progress, waits on another rank) would be lost."""
+    so without this jitguard's INFO lines (build progress, waits on another rank) would be lost. Does nothing
+    when the application configured logging itself, or vLLM has not (yet)."""
     ours = logging.getLogger("jitguard")
     theirs = logging.getLogger("vllm")
     if ours.handlers or logging.getLogger().handlers or not theirs.handlers:

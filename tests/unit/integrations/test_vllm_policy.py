@@ -107,3 +107,27 @@ def test_usable_flashinfer_is_announced_once_at_info(caplog: pytest.LogCaptureFi
         for _ in range(3):
             assert guard.choose("auto", "flashinfer") == "flashinfer"
     assert [r.levelno for r in caplog.records] == [logging.INFO]
+
+
+def test_jitguard_lines_go_to_vllms_handler_once_vllm_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from jitguard.integrations.vllm import _route_logs
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("VLLMFMT %(message)s"))
+    vllm_logger, ours = logging.getLogger("vllm"), logging.getLogger("jitguard")
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr(vllm_logger, "handlers", [])
+    monkeypatch.setattr(ours, "handlers", [])
+    monkeypatch.setattr(ours, "propagate", True)
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    _route_logs()  # vLLM has not configured its logging yet: nothing to join
+    assert ours.handlers == []
+    monkeypatch.setattr(vllm_logger, "handlers", [handler])
+    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
+    GdnGuard(lambda: NO_LIBCUDA).choose("auto", "flashinfer")
+    _route_logs()  # again: idempotent
+    assert ours.handlers == [handler]
+    assert stream.getvalue().count("VLLMFMT jitguard: vLLM chose FlashInfer") == 1
