@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.errors import BackendUnavailable
 
@@ -62,6 +62,7 @@ FLAG = "--gdn-prefill-backend"
 _MARK = "__jitguard_original__"
 
 StatusProvider = Callable[[], "BackendStatus"]
+Action = Literal["keep", "fallback", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Verdict:
     requested: str
     chosen: str
     backend: str
-    action: str
+    action: Action
     status: BackendStatus | None = None
 
     @property

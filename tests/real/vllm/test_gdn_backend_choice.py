@@ -29,9 +29,12 @@ def run_for(result: dict[str, Any], requested: str) -> dict[str, Any]:
     return next(r for r in result["runs"] if r["requested"] == requested)
 
 
+def minor(release: Any) -> int:
+    return int(release.version.split(".")[1])
+
+
 def assert_hooked(result: dict[str, Any], release: Any) -> None:
-    minor = int(release.version.split(".")[1])
-    expected = "model-file" if minor < 19 else "spring-2026" if minor < 22 else "current"
+    expected = "model-file" if minor(release) < 19 else "spring-2026" if minor(release) < 22 else "current"
     assert result["vllm"] == release.version
     assert result["layout"] == expected
     assert result["registered"] and result["hooked"]
@@ -79,7 +82,8 @@ def test_explicit_triton_is_untouched_and_never_asks(
     run = run_for(result, "triton")
     assert run["error"] is None
     assert run["layers"] == ["triton"] * 3
-    assert run["status_calls"] == 0
+    if minor(release) >= 18:  # vLLM 0.17 has no --gdn-prefill-backend: it picks FlashInfer on SM90 regardless
+        assert run["status_calls"] == 0
     if result["layout"] == "current":
         assert run["resolver"] == run["vllm_choice"] == ["triton", "triton"]
 
