@@ -10,6 +10,7 @@ line. SPEC keys:
   rest of the facts come from this machine's real probes (nvidia-smi, the linker, ...) under the caller's
   environment. Without it the plugin's default status provider runs unchanged.
 - ``failure``: a finding code recorded in jitguard's real failure cache for FlashInfer GDN before vLLM starts.
+- ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
 
 The one part that cannot be real here is the GPU: vLLM's GDN layer module gets a CUDA SM90 platform object
 (vLLM's own ``Platform`` class, capability 9.0) in place of ``current_platform``, so vLLM's real selection
@@ -169,6 +170,12 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
             run["error"]["codes"] = [f.code for f in getattr(exc, "findings", ())]
         run["status_calls"] = result["status_calls"]
         result["runs"].append(run)
+    if spec.get("build_hook"):
+        import flashinfer.jit.core  # what the first FlashInfer JIT build in the engine imports
+
+        from jitguard.build import flashinfer_hook
+
+        result["build_hook_active"] = flashinfer_hook.is_active()
     if result["status_calls"]:
         status = plugin.guard().status()
         result["status"] = {

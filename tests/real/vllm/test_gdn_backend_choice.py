@@ -43,7 +43,7 @@ def assert_hooked(result: dict[str, Any], release: Any) -> None:
 # ---- FlashInfer workable --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def workable(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
-    spec = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH}
+    spec = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH, "build_hook": True}
     return release.run(spec, situations.hopper(libcuda=True))
 
 
@@ -58,6 +58,11 @@ def test_workable_flashinfer_keeps_vllms_choice(workable: tuple[dict[str, Any], 
         if result["layout"] == "current":
             assert run["resolver"] == run["vllm_choice"] == [requested, "flashinfer"]
     assert fallback_warnings(output) == []
+
+
+def test_flashinfer_builds_in_the_engine_are_supervised(workable: tuple[dict[str, Any], str]) -> None:
+    result, _ = workable
+    assert result["build_hook_active"]  # jitguard.install() applied by the plugin
 
 
 # ---- FlashInfer doomed: no libcuda ----------------------------------------------------------------------
@@ -154,12 +159,14 @@ def test_this_gpu_less_machine_gets_triton_from_real_facts(this_machine: tuple[d
 # ---- JITGUARD_DISABLE=1 ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def disabled(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
-    return release.run({"requests": ["auto", "flashinfer"]}, situations.machine(JITGUARD_DISABLE="1"))
+    spec = {"requests": ["auto", "flashinfer"], "build_hook": True}
+    return release.run(spec, situations.machine(JITGUARD_DISABLE="1"))
 
 
 def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None:
     result, output = disabled
     assert not result["registered"] and not result["hooked"]
+    assert not result["build_hook_active"]
     assert result["status_calls"] == 0
     for requested in ("auto", "flashinfer"):
         run = run_for(result, requested)
