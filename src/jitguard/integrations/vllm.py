@@ -282,8 +282,9 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        chosen = FLASHINFER if getattr(self, "_forward_method", None) == self.forward_cuda else TRITON
-        if guard.choose(requested_backend(), chosen) != chosen:
+        if getattr(self, "_forward_method", None) != self.forward_cuda:
+            return  # vLLM chose Triton/FLA itself: nothing to check
+        if guard.choose(requested_backend(), FLASHINFER) != FLASHINFER:
             self._forward_method = self.forward_native
 
     setattr(__init__, _MARK, original)
