@@ -151,7 +151,8 @@ def run(
     f32 = torch.float32
     alpha = (g if g.dtype == f32 else g.float()).exp()
     beta = beta.contiguous() if beta.dtype == f32 else beta.float().contiguous()
-    cu = cu_seqlens.to(device=q.device, dtype=torch.int64, non_blocking=True)
+    # FlashInfer casts cu_seqlens to int64 itself; converting here too would cost a second kernel per call.
+    cu = cu_seqlens if cu_seqlens.is_cuda else cu_seqlens.to(q.device, non_blocking=True)
     state = None if initial_state is None else initial_state.contiguous()
     result = _kernel(
         q.contiguous(),
