@@ -78,8 +78,12 @@ def plan_jobs(
     cpus = memory.cpu_limit
     available = memory.available
 
-    if budget is not None and budget.bytes is not None:
-        budget_bytes: int | None = budget.bytes
+    if budget is not None and budget.bytes is not None and available is not None and budget.bytes > available:
+        # A budget larger than what is free would let the kernel's OOM killer decide instead of us.
+        budget_bytes: int | None = available
+        budget_text = f"budget {format_bytes(budget.bytes)} capped at {format_bytes(available)} available"
+    elif budget is not None and budget.bytes is not None:
+        budget_bytes = budget.bytes
         budget_text = f"budget {format_bytes(budget.bytes)}"
     elif available is None:
         budget_bytes = None

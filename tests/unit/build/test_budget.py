@@ -166,3 +166,10 @@ def test_this_machine_plan_is_consistent() -> None:
     assert 0 <= p.jobs <= facts.cpu_limit
     if p.budget_bytes is not None and p.jobs:
         assert p.jobs * p.job_memory + p.headroom <= p.budget_bytes
+
+
+def test_absolute_budget_above_what_is_free_is_capped_at_available() -> None:
+    p = plan(machine(avail_gib=8, cpus=64), budget="32G")
+    assert p.budget_bytes == 8 * GIB
+    assert p.jobs == 1  # (8 GiB - 1 GiB headroom) // 5.7 GiB
+    assert "capped" in p.reason
