@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.errors import EXIT_FAILURE, EXIT_OK
 
 if TYPE_CHECKING:
+    from jitguard.config import Settings
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
 
@@ -41,6 +42,11 @@ def configure(subparsers: Any) -> None:
         action="store_true",
         help="also import the backend packages in a subprocess to catch broken installs (slower)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also run a real supervised build of a small CUDA probe module with FlashInfer's flags (seconds)",
+    )
     parser.set_defaults(execute=execute)
 
 
@@ -56,6 +62,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.deep:
         for name in backends:
             results[name] = results[name] + _deep_findings(facts, name)
+    if args.compile and "flashinfer" in results:
+        results["flashinfer"] = _with_probe(results["flashinfer"], _compile_probe(facts, settings))
     decision = _gdn_decision(facts)
     code = EXIT_FAILURE if any(f.blocking for fs in results.values() for f in fs) else EXIT_OK
 
@@ -74,6 +82,22 @@ def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
     from jitguard.findings.checks import deep_checks
 
     return deep_checks(facts, backend)
+
+
+def _compile_probe(facts: Facts, settings: Settings) -> list[Finding]:
+    from jitguard.build.probe_module import run_probe
+    from jitguard.build.runner import BuildOptions
+
+    options = BuildOptions.from_settings(settings, backend="flashinfer", progress="none", timeout=600.0)
+    return list(run_probe(facts, options).findings)
+
+
+def _with_probe(preflight: list[Finding], probe: list[Finding]) -> list[Finding]:
+    """Pre-flight findings plus what the real build found that pre-flight did not already say."""
+    from jitguard.findings.model import sort_findings
+
+    known = {f.code for f in preflight}
+    return sort_findings(preflight + [f for f in probe if f.code not in known])
 
 
 def _gdn_decision(facts: Facts) -> dict[str, Any] | None:

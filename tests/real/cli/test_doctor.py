@@ -116,3 +116,15 @@ def test_no_color_is_respected_even_when_colour_is_forced(tmp_path: Path) -> Non
     assert "\x1b[" in forced.stdout
     plain = doctor(env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}, cache=tmp_path)
     assert "\x1b[" not in plain.stdout
+
+
+def test_compile_runs_a_real_probe_build_that_passes_once_fixed(tmp_path: Path, stub_libcuda: Path) -> None:
+    data, _ = doctor_json(
+        "--backend",
+        "flashinfer",
+        "--compile",
+        env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda}", "CUDA_HOME": "/usr/local/cuda"},
+        cache=tmp_path,
+    )
+    passed = [f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "compile-probe-passed"]
+    assert passed and "built" in passed[0]["evidence"][0]

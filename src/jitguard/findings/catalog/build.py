@@ -144,4 +144,16 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         fixes=(FixTemplate("Run the build again; it resumes where it stopped."),),
         area=_AREA,
     ),
+    # {arch}: e.g. "9.0a".
+    CatalogEntry(
+        code="compile-probe-passed",
+        severity="info",
+        title="A real supervised build of a probe module passed ({arch})",
+        cause=(
+            "`jitguard doctor --compile` compiled a small CUDA module with nvcc for {arch} and linked it with "
+            "FlashInfer's own link line (-lcudart -lcuda, FLASHINFER_EXTRA_LDFLAGS) through jitguard's runner, "
+            "and its GLIBCXX needs are met by the runtime libstdc++. FlashInfer's JIT builds can link here."
+        ),
+        area=_AREA,
+    ),
 )
