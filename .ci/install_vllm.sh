@@ -18,6 +18,16 @@ PY=${PYTHON:-python3}
 STAMP=$(cat .ci/install_vllm.sh .ci/vllm_wheel.py | sha256sum | cut -c1-16)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); import packaging' 2>/dev/null; then
+    echo "install_vllm.sh: install torch (the CPU build) and jitguard first: the vLLM test environments use them" >&2
+    exit 2
+fi
+
+# One preparer at a time (parallel test runs share $ROOT); a second one waits, then finds the versions ready.
+mkdir -p "$ROOT"
+exec 9>"$ROOT/.lock"
+flock 9
+
 for version in $VERSIONS; do
     dir="$ROOT/$version"
     if [[ -f "$dir/ready" && "$(cat "$dir/ready")" == "$STAMP" ]]; then
