@@ -54,15 +54,31 @@ def main() -> int:
     inproc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import jitguard"], capture_output=True, text=True, env=env
     ).stderr.splitlines()
-    cumulative_us = next((int(line.split("|")[1]) for line in reversed(inproc) if line.rstrip().endswith(" jitguard")), 0)
+    cumulative_us = next(
+        (int(line.split("|")[1]) for line in reversed(inproc) if line.rstrip().endswith(" jitguard")), 0
+    )
 
     rows = [
-        ("`jitguard doctor --json`, first run (cold trial-link cache)", f"{cold * 1000:.0f} ms", "<= 2000 ms"),
-        (f"`jitguard doctor --json`, median of {args.repeat}", f"{statistics.median(doctor_s) * 1000:.0f} ms",
-         "<= 2000 ms"),
-        ("`import jitguard` (python -X importtime, cumulative)", f"{cumulative_us / 1000:.1f} ms", "<= 100 ms"),
-        (f"`python -c 'import jitguard'` minus `python -c pass`, medians of {args.repeat}",
-         f"{import_only * 1000:.1f} ms", "<= 100 ms"),
+        (
+            "`jitguard doctor --json`, first run (cold trial-link cache)",
+            f"{cold * 1000:.0f} ms",
+            "<= 2000 ms",
+        ),
+        (
+            f"`jitguard doctor --json`, median of {args.repeat}",
+            f"{statistics.median(doctor_s) * 1000:.0f} ms",
+            "<= 2000 ms",
+        ),
+        (
+            "`import jitguard` (python -X importtime, cumulative)",
+            f"{cumulative_us / 1000:.1f} ms",
+            "<= 100 ms",
+        ),
+        (
+            f"`python -c 'import jitguard'` minus `python -c pass`, medians of {args.repeat}",
+            f"{import_only * 1000:.1f} ms",
+            "<= 100 ms",
+        ),
     ]
     lines = [
         "# jitguard doctor and import timings",

@@ -131,7 +131,9 @@ class Settings:
         return cls(
             disabled=disabled,
             gdn_backend=backend,
-            memory_budget=parse_memory_spec(budget_raw, name="JITGUARD_MEMORY_BUDGET") if budget_raw else None,
+            memory_budget=parse_memory_spec(budget_raw, name="JITGUARD_MEMORY_BUDGET")
+            if budget_raw
+            else None,
             job_memory=parse_size(job_raw, name="JITGUARD_JOB_MEMORY") if job_raw else None,
             cache_dir=default_cache_dir(env),
             **timeouts,

@@ -32,7 +32,9 @@ class ConfigError(UsageError):
         self.name = name
         self.value = value
         self.expected = expected
-        super().__init__(f"{name}={value!r} is not valid: expected {expected}. Fix the value or unset {name}.")
+        super().__init__(
+            f"{name}={value!r} is not valid: expected {expected}. Fix the value or unset {name}."
+        )
 
 
 class BackendUnavailable(JitguardError):

@@ -22,8 +22,16 @@ def test_cache_dir_follows_xdg_cache_home(tmp_path: Path) -> None:
     assert Settings.from_env({"XDG_CACHE_HOME": str(tmp_path)}).cache_dir == tmp_path / "jitguard"
 
 
-@pytest.mark.parametrize(("text", "expected"), [("32G", 32 * 1024**3), ("512M", 512 * 1024**2), ("6GiB", 6 * 1024**3),
-                                                ("1024", 1024), ("1.5G", int(1.5 * 1024**3))])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("32G", 32 * 1024**3),
+        ("512M", 512 * 1024**2),
+        ("6GiB", 6 * 1024**3),
+        ("1024", 1024),
+        ("1.5G", int(1.5 * 1024**3)),
+    ],
+)
 def test_sizes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
@@ -47,9 +55,16 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize(("name", "value"), [("JITGUARD_STALL_TIMEOUT", "soon"), ("JITGUARD_BUILD_TIMEOUT", "0"),
-                                             ("JITGUARD_GDN_BACKEND", "cuda"), ("JITGUARD_DISABLE", "maybe"),
-                                             ("JITGUARD_JOB_MEMORY", "lots")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("JITGUARD_STALL_TIMEOUT", "soon"),
+        ("JITGUARD_BUILD_TIMEOUT", "0"),
+        ("JITGUARD_GDN_BACKEND", "cuda"),
+        ("JITGUARD_DISABLE", "maybe"),
+        ("JITGUARD_JOB_MEMORY", "lots"),
+    ],
+)
 def test_each_malformed_variable_names_itself_and_what_is_accepted(name: str, value: str) -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_env({name: value})

@@ -17,8 +17,13 @@ def stub_dir(tmp_path: Path) -> Path:
     d = tmp_path / "stubs"
     d.mkdir()
     src = tmp_path / "stub.c"
-    src.write_text("int cuInit(unsigned f) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(d / "libcuda.so")], check=True)
+    src.write_text(
+        "int cuInit(unsigned f) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n"
+    )
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(d / "libcuda.so")],
+        check=True,
+    )
     return d
 
 
@@ -32,7 +37,11 @@ def test_gencode_follows_flashinfer_arch_notation() -> None:
 
 
 def test_probe_fails_at_the_real_link_here_with_the_classified_finding(tmp_path: Path) -> None:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "JITGUARD_CACHE_DIR": str(tmp_path / "c")}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "JITGUARD_CACHE_DIR": str(tmp_path / "c"),
+    }
     facts = collect(env, cache_dir=tmp_path / "c")
     result = run_probe(facts, options(tmp_path), directory=tmp_path / "probe")
     codes = [f.code for f in result.findings]

@@ -16,7 +16,11 @@ def doctor(*args: str, env: dict[str, str] | None = None, cache: Path) -> subpro
     full_env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), **(env or {})}
     full_env.pop("NO_COLOR", None) if env is None or "NO_COLOR" not in env else None
     return subprocess.run(
-        [sys.executable, "-m", "jitguard", "doctor", *args], capture_output=True, text=True, env=full_env, timeout=120
+        [sys.executable, "-m", "jitguard", "doctor", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
     )
 
 
@@ -36,7 +40,9 @@ def stub_libcuda(tmp_path: Path) -> Path:
     stub_dir = tmp_path / "stubs"
     stub_dir.mkdir()
     src = tmp_path / "cuda_stub.c"
-    src.write_text("int cuInit(unsigned int flags) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n")
+    src.write_text(
+        "int cuInit(unsigned int flags) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n"
+    )
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(stub_dir / "libcuda.so")],
         check=True,
@@ -49,7 +55,9 @@ def test_flashinfer_verdict_names_libcuda_with_the_real_linker_line(tmp_path: Pa
     assert rc == 1
     assert data["schema"] == "jitguard.doctor/1"
     assert data["backends"]["flashinfer"]["usable"] is False
-    libcuda = next(f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "link-missing-libcuda")
+    libcuda = next(
+        f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "link-missing-libcuda"
+    )
     assert any("-lcuda" in e and "-shared" in e for e in libcuda["evidence"]), libcuda["evidence"]
     assert any("cannot find -lcuda" in e for e in libcuda["evidence"]), libcuda["evidence"]
     assert libcuda["fixes"]
@@ -72,7 +80,7 @@ def test_torch_backend_is_always_usable_here(tmp_path: Path) -> None:
 def test_human_report_ends_with_the_verdict_per_backend(tmp_path: Path) -> None:
     proc = doctor(cache=tmp_path)
     assert proc.returncode == 1
-    verdict = proc.stdout[proc.stdout.index("Verdict"):]
+    verdict = proc.stdout[proc.stdout.index("Verdict") :]
     for backend in ("flashinfer", "triton", "torch"):
         assert backend in verdict
     assert "link-missing-libcuda" in verdict
@@ -101,12 +109,16 @@ def test_malformed_max_jobs_is_reported_not_crashed_on(tmp_path: Path) -> None:
 def test_unusable_cache_dir_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    data, _ = doctor_json("--backend", "flashinfer", env={"FLASHINFER_WORKSPACE_BASE": str(not_a_dir)}, cache=tmp_path)
+    data, _ = doctor_json(
+        "--backend", "flashinfer", env={"FLASHINFER_WORKSPACE_BASE": str(not_a_dir)}, cache=tmp_path
+    )
     assert "cache-dir-unwritable" in codes(data, "flashinfer")
 
 
 def test_secrets_never_reach_the_json(tmp_path: Path) -> None:
-    proc = doctor("--json", env={"FLASHINFER_API_TOKEN": "s3cr3t-value", "HF_TOKEN": "hf_s3cr3t"}, cache=tmp_path)
+    proc = doctor(
+        "--json", env={"FLASHINFER_API_TOKEN": "s3cr3t-value", "HF_TOKEN": "hf_s3cr3t"}, cache=tmp_path
+    )
     assert "s3cr3t" not in proc.stdout
     assert "FLASHINFER_API_TOKEN" in proc.stdout  # the name stays, the value goes
 

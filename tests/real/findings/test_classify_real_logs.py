@@ -23,7 +23,16 @@ def _codes(findings: list) -> list[str]:
 def test_real_link_without_libcuda_is_link_missing_libcuda(tmp_path: Path) -> None:
     (tmp_path / "a.cc").write_text("int f() { return 0; }\n")
     log, rc = _run(
-        ["c++", "a.cc", "-shared", "-o", "a.so", "-L/nonexistent/lib64", "-L/nonexistent/lib64/stubs", "-lcuda"],
+        [
+            "c++",
+            "a.cc",
+            "-shared",
+            "-o",
+            "a.so",
+            "-L/nonexistent/lib64",
+            "-L/nonexistent/lib64/stubs",
+            "-lcuda",
+        ],
         tmp_path,
     )
     assert rc != 0
@@ -59,10 +68,14 @@ def test_real_no_space_left_is_disk_full(tmp_path: Path) -> None:
 
 def test_real_compiler_out_of_memory_is_oom(tmp_path: Path) -> None:
     src = tmp_path / "big.cc"
-    src.write_text("#include <map>\n#include <string>\n#include <vector>\nstd::map<std::string, std::vector<int>> m;\n")
+    src.write_text(
+        "#include <map>\n#include <string>\n#include <vector>\nstd::map<std::string, std::vector<int>> m;\n"
+    )
     # An address-space limit makes cc1plus fail its allocations the way a memory-starved compile does.
     for limit_mb in (60, 70, 80):
-        log, rc = _run(["prlimit", f"--as={limit_mb * 1_000_000}", "c++", "-c", "big.cc", "-o", "big.o"], tmp_path)
+        log, rc = _run(
+            ["prlimit", f"--as={limit_mb * 1_000_000}", "c++", "-c", "big.cc", "-o", "big.o"], tmp_path
+        )
         if "memory exhausted" in log or "out of memory" in log:
             break
     else:

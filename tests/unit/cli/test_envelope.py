@@ -16,8 +16,16 @@ def test_envelope_has_schema_and_version() -> None:
 
 
 def test_secret_names_are_redacted_at_any_depth() -> None:
-    payload = {"facts": {"environment": {"HF_TOKEN": "hf_abc", "AWS_SECRET_ACCESS_KEY": "s", "CUDA_HOME": "/cuda",
-                                         "nested": [{"db_password": "p"}]}}}
+    payload = {
+        "facts": {
+            "environment": {
+                "HF_TOKEN": "hf_abc",
+                "AWS_SECRET_ACCESS_KEY": "s",
+                "CUDA_HOME": "/cuda",
+                "nested": [{"db_password": "p"}],
+            }
+        }
+    }
     text = dumps("doctor", payload)
     assert "hf_abc" not in text and '"s"' not in text and '"p"' not in text
     env = json.loads(text)["facts"]["environment"]

@@ -18,7 +18,9 @@ def test_glibcxx_load_error_names_the_missing_version_and_library() -> None:
 
 
 def test_cicc_killed_by_signal_9_is_oom() -> None:
-    log = "nvcc error   : 'cicc' died due to signal 9 (Kill signal)\nninja: build stopped: subcommand failed.\n"
+    log = (
+        "nvcc error   : 'cicc' died due to signal 9 (Kill signal)\nninja: build stopped: subcommand failed.\n"
+    )
     assert [f.code for f in classify(log, 1)] == ["build-oom-killed"]
 
 
