@@ -98,6 +98,7 @@ class Settings:
     build_timeout: float = 3600.0
     stall_timeout: float = 600.0
     lock_timeout: float = 3600.0
+    failure_ttl: float = 7 * 86400.0
     cache_dir: Path = Path("~/.cache/jitguard")
 
     @classmethod
@@ -122,7 +123,12 @@ class Settings:
         budget_raw = get("JITGUARD_MEMORY_BUDGET")
         job_raw = get("JITGUARD_JOB_MEMORY")
         timeouts = {}
-        for key, default in (("BUILD_TIMEOUT", 3600.0), ("STALL_TIMEOUT", 600.0), ("LOCK_TIMEOUT", 3600.0)):
+        for key, default in (
+            ("BUILD_TIMEOUT", 3600.0),
+            ("STALL_TIMEOUT", 600.0),
+            ("LOCK_TIMEOUT", 3600.0),
+            ("FAILURE_TTL", 7 * 86400.0),
+        ):
             raw = get(f"JITGUARD_{key}")
             value = parse_duration(raw, name=f"JITGUARD_{key}") if raw is not None else default
             if value <= 0:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,8 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jitguard import __version__
-from jitguard.config import default_cache_dir, parse_duration
-from jitguard.errors import ConfigError
+from jitguard.config import default_cache_dir
 from jitguard.findings.model import Finding
 from jitguard.state.atomic_file import read_json, write_json
 
@@ -116,15 +114,10 @@ def _text(value: Any) -> str:
 
 
 def ttl_from_env(env: Mapping[str, str] | None = None) -> float:
-    """JITGUARD_FAILURE_TTL ('7d' is not accepted; use hours: '168h', or seconds) or the default (7 days)."""
-    env = os.environ if env is None else env
-    raw = env.get(TTL_ENV)
-    if not raw:
-        return DEFAULT_TTL_S
-    ttl = parse_duration(raw, name=TTL_ENV)
-    if ttl <= 0:
-        raise ConfigError(TTL_ENV, raw, "a positive duration such as 168h")
-    return ttl
+    """JITGUARD_FAILURE_TTL ('168h', '90m' or seconds; parsed with the other settings) or 7 days."""
+    from jitguard.config import Settings
+
+    return Settings.from_env(env).failure_ttl
 
 
 class FailureCache:
