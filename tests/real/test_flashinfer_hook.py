@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +137,14 @@ def test_jitguard_disable_leaves_flashinfer_stock(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def stubbed(root: Path, doomed: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def stubbed(
+    root: Path,
+    doomed: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    stub_libcuda_builder: Callable[..., Path],
+) -> dict[str, Any]:
     """The fix applied: a real link stub for libcuda on FLASHINFER_EXTRA_LDFLAGS, CUDA_HOME naming the toolkit."""
-    work = tmp_path_factory.mktemp("stub")
-    (work / "stub.c").write_text("int cuInit(unsigned int flags) { (void)flags; return 0; }\n")
-    subprocess.run(
-        [
-            "cc",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            str(work / "libcuda.so"),
-            str(work / "stub.c"),
-        ],
-        check=True,
-    )
+    work = stub_libcuda_builder(tmp_path_factory.mktemp("stub"))
     tiny = work / "tiny.cu"
     tiny.write_text("__global__ void jitguard_tiny(float* x) { x[threadIdx.x] += 1.0f; }\n")
     bad = work / "bad.cu"

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,10 +22,6 @@ pytestmark = pytest.mark.skipif(
     shutil.which("gcc") is None or shutil.which("c++") is None, reason="needs gcc"
 )
 
-STUB_SOURCE = """
-int cuInit(unsigned int flags) { (void)flags; return 0; }
-int cuDriverGetVersion(int *version) { *version = 13000; return 0; }
-"""
 _SCRUBBED = ("FLASHINFER_EXTRA_LDFLAGS", "LIBRARY_PATH", "CONDA_PREFIX", "CUDA_PATH", "FLASHINFER_NVCC")
 
 
@@ -50,24 +47,6 @@ def _needs_no_libcuda(base_env: dict[str, str], tmp_path: Path) -> None:
     link = libcuda.probe(toolchain.probe(base_env), base_env, cache_dir=None)
     if link.cuda.ok:
         pytest.skip("a libcuda.so is linkable on this machine; the failing case cannot be shown here")
-
-
-def _stub_libcuda(directory: Path, *, unversioned: bool = True) -> Path:
-    """A real shared library with soname libcuda.so.1 and two driver entry points."""
-    directory.mkdir(parents=True, exist_ok=True)
-    source = directory / "stub_cuda.c"
-    source.write_text(STUB_SOURCE)
-    lib = directory / "libcuda.so.1"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(source), "-o", str(lib)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    source.unlink()
-    if unversioned:
-        (directory / "libcuda.so").symlink_to("libcuda.so.1")
-    return directory
 
 
 def _probe(env: dict[str, str], cache_dir: Path | None = None) -> tuple[libcuda.LinkFacts, list[Finding]]:
@@ -112,9 +91,9 @@ def test_trial_link_fails_with_the_real_linker_command_and_error(base_env: dict[
 
 
 def test_extra_ldflags_pointing_at_a_stub_libcuda_make_the_link_pass(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], stub_libcuda_dir: Path
 ) -> None:
-    stub_dir = _stub_libcuda(tmp_path / "stub")
+    stub_dir = stub_libcuda_dir
     link, findings = _probe({**base_env, "FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_dir}"})
     assert link.cuda.ok, link.cuda.output
     assert f"-L{stub_dir}" in link.cuda.command
@@ -122,19 +101,19 @@ def test_extra_ldflags_pointing_at_a_stub_libcuda_make_the_link_pass(
 
 
 def test_library_path_pointing_at_a_stub_libcuda_makes_the_link_pass(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], stub_libcuda_dir: Path
 ) -> None:
-    stub_dir = _stub_libcuda(tmp_path / "stub")
+    stub_dir = stub_libcuda_dir
     link, _ = _probe({**base_env, "LIBRARY_PATH": str(stub_dir)})
     assert link.cuda.ok, link.cuda.output
     assert link.cuda.library_path == str(stub_dir)
 
 
 def test_the_fix_names_the_stub_directory_found_and_running_it_makes_the_link_pass(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, stub_libcuda_builder: Callable[..., Path]
 ) -> None:
     conda = tmp_path / "conda"
-    stub_dir = _stub_libcuda(conda / "lib" / "stubs")
+    stub_dir = stub_libcuda_builder(conda / "lib" / "stubs", layout="driver")
     env = {**base_env, "CONDA_PREFIX": str(conda)}
     link, findings = _probe(env)
     assert not link.cuda.ok
@@ -148,10 +127,10 @@ def test_the_fix_names_the_stub_directory_found_and_running_it_makes_the_link_pa
 
 
 def test_a_driver_library_without_the_unversioned_name_gets_a_working_symlink_fix(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, stub_libcuda_builder: Callable[..., Path]
 ) -> None:
     conda = tmp_path / "conda"
-    _stub_libcuda(conda / "lib", unversioned=False)
+    stub_libcuda_builder(conda / "lib", layout="versioned-only")
     env = {**base_env, "CONDA_PREFIX": str(conda), "HOME": str(tmp_path / "home")}
     link, findings = _probe(env)
     assert link.fix_dirs("cuda") == ()
@@ -167,7 +146,7 @@ def test_a_driver_library_without_the_unversioned_name_gets_a_working_symlink_fi
 
 
 def test_results_are_cached_per_fingerprint_and_a_new_library_invalidates_them(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, stub_libcuda_builder: Callable[..., Path]
 ) -> None:
     cache = tmp_path / "cache"
     lib_dir = tmp_path / "later"
@@ -178,7 +157,9 @@ def test_results_are_cached_per_fingerprint_and_a_new_library_invalidates_them(
     assert (first.cached, second.cached) == (False, True)
     assert second.cuda == first.cuda and second.fingerprint == first.fingerprint
 
-    _stub_libcuda(lib_dir)  # the fix appears in a searched directory: the old verdict must not be reused
+    stub_libcuda_builder(
+        lib_dir, layout="driver"
+    )  # the fix appears in a searched directory: the old verdict must not be reused
     third, _ = _probe(env, cache)
     assert third.fingerprint != first.fingerprint
     assert (third.cached, third.cuda.ok) == (False, True)
@@ -230,12 +211,12 @@ def test_no_compiler_is_a_fact_not_an_exception(base_env: dict[str, str]) -> Non
 
 
 def test_a_classified_link_log_gets_the_same_filled_fix_from_the_facts(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, stub_libcuda_builder: Callable[..., Path]
 ) -> None:
     from jitguard.findings.classify import classify
 
     conda = tmp_path / "conda"
-    stub_dir = _stub_libcuda(conda / "lib" / "stubs")
+    stub_dir = stub_libcuda_builder(conda / "lib" / "stubs", layout="driver")
     env = {**base_env, "CONDA_PREFIX": str(conda)}
     tc = toolchain.probe(env)
     facts = SimpleNamespace(toolchain=tc, link=libcuda.probe(tc, env), libstdcxx=libstdcxx.probe(tc, env))

@@ -18,18 +18,16 @@ warning.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
 import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 from jitguard.config import Settings
+from jitguard.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")
 
@@ -56,7 +54,7 @@ def install() -> bool:
             return _patch(core)
         if _finder is None:
             _finder = _CoreImportHook()
-            sys.meta_path.insert(0, _finder)
+            _finder.install()
         return True
 
 
@@ -64,8 +62,8 @@ def uninstall() -> None:
     """Put FlashInfer back as it was (tests; a process that wants stock behaviour again)."""
     global _finder
     with _lock:
-        if _finder is not None and _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        if _finder is not None:
+            _finder.uninstall()
         _finder = None
         for owner, attribute, original in _patched.values():
             setattr(owner, attribute, original)
@@ -154,38 +152,15 @@ def _guarded_run_ninja(original: Any) -> Any:
     return run_ninja
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then patches the freshly executed ``flashinfer.jit.core``."""
-
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        if not Settings.from_env().disabled:
-            _patch(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+def _on_core_import(core: ModuleType) -> None:
+    # An installed hook stays on sys.meta_path; JITGUARD_DISABLE=1 set afterwards still means stock FlashInfer.
+    if not Settings.from_env().disabled:
+        _patch(core)
 
 
-class _CoreImportHook(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader the other finders return for ``flashinfer.jit.core``."""
+class _CoreImportHook(PostImportHook):
+    """Patches ``flashinfer.jit.core`` as it is imported (a class of its own, so it can be told apart on
+    ``sys.meta_path``)."""
 
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != CORE_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
+    def __init__(self) -> None:
+        super().__init__((CORE_MODULE,), _on_core_import)

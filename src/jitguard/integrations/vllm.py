@@ -34,18 +34,17 @@ It does two things:
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import logging
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.errors import BackendUnavailable
+from jitguard.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
     from jitguard.findings.model import Finding
@@ -321,41 +320,12 @@ def _apply(module: ModuleType) -> None:
         )
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs vLLM's own loader, then patches the module it executed."""
+class _LayoutImportHook(PostImportHook):
+    """Patches a layout module as it is imported, without jitguard importing vLLM's model code in processes
+    that never build a GDN model (a class of its own, so it can be told apart on ``sys.meta_path``)."""
 
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        _apply(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _LayoutImportHook(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of a layout module so it is patched as it is imported, without
-    jitguard importing vLLM's model code in processes that never build a GDN model."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _PATCHES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
+    def __init__(self) -> None:
+        super().__init__(_PATCHES, _apply)
 
 
 # ---- the entry point --------------------------------------------------------------------------------------
@@ -402,7 +372,7 @@ def _register(status: StatusProvider | None) -> bool:
         if _hook is None:
             _route_logs()
             _hook = _LayoutImportHook()
-            sys.meta_path.insert(0, _hook)
+            _hook.install()
             for name in _PATCHES:
                 module = sys.modules.get(name)
                 if module is not None:
@@ -416,8 +386,8 @@ def unregister() -> None:
     wants stock behaviour again). The FlashInfer build hook stays (``jitguard.build.flashinfer_hook``)."""
     global _hook
     with _lock:
-        if _hook is not None and _hook in sys.meta_path:
-            sys.meta_path.remove(_hook)
+        if _hook is not None:
+            _hook.uninstall()
         _hook = None
         for name in _PATCHES:
             module = sys.modules.get(name)

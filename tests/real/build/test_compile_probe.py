@@ -5,26 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from jitguard.build.probe_module import gencode, run_probe
 from jitguard.build.runner import BuildOptions
 from jitguard.facts import collect
-
-
-@pytest.fixture
-def stub_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "stubs"
-    d.mkdir()
-    src = tmp_path / "stub.c"
-    src.write_text(
-        "int cuInit(unsigned f) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n"
-    )
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(d / "libcuda.so")],
-        check=True,
-    )
-    return d
 
 
 def options(tmp_path: Path) -> BuildOptions:
@@ -51,12 +34,12 @@ def test_probe_fails_at_the_real_link_here_with_the_classified_finding(tmp_path:
     assert result.log_path is not None and Path(result.log_path).exists()
 
 
-def test_probe_passes_once_the_fix_is_applied(tmp_path: Path, stub_dir: Path) -> None:
+def test_probe_passes_once_the_fix_is_applied(tmp_path: Path, stub_libcuda_dir: Path) -> None:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "CUDA_HOME": "/usr/local/cuda",
-        "FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_dir}",
+        "FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda_dir}",
     }
     facts = collect(env, cache_dir=tmp_path / "c")
     result = run_probe(facts, options(tmp_path), directory=tmp_path / "probe")

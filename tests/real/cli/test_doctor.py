@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 
 def doctor(*args: str, env: dict[str, str] | None = None, cache: Path) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), **(env or {})}
@@ -34,22 +32,6 @@ def codes(data: dict[str, Any], backend: str) -> list[str]:
     return [f["code"] for f in data["backends"][backend]["findings"]]
 
 
-@pytest.fixture
-def stub_libcuda(tmp_path: Path) -> Path:
-    """A real shared object named libcuda.so, as the CUDA toolkit's stubs directory provides."""
-    stub_dir = tmp_path / "stubs"
-    stub_dir.mkdir()
-    src = tmp_path / "cuda_stub.c"
-    src.write_text(
-        "int cuInit(unsigned int flags) { return 0; }\nint cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n"
-    )
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(stub_dir / "libcuda.so")],
-        check=True,
-    )
-    return stub_dir
-
-
 def test_flashinfer_verdict_names_libcuda_with_the_real_linker_line(tmp_path: Path) -> None:
     data, rc = doctor_json("--backend", "flashinfer", cache=tmp_path)
     assert rc == 1
@@ -63,9 +45,9 @@ def test_flashinfer_verdict_names_libcuda_with_the_real_linker_line(tmp_path: Pa
     assert libcuda["fixes"]
 
 
-def test_following_the_libcuda_fix_clears_the_finding(tmp_path: Path, stub_libcuda: Path) -> None:
+def test_following_the_libcuda_fix_clears_the_finding(tmp_path: Path, stub_libcuda_dir: Path) -> None:
     data, _ = doctor_json(
-        "--backend", "flashinfer", env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda}"}, cache=tmp_path
+        "--backend", "flashinfer", env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda_dir}"}, cache=tmp_path
     )
     assert "link-missing-libcuda" not in codes(data, "flashinfer")
     assert data["facts"]["link"]["cuda_links"] is True
@@ -130,12 +112,14 @@ def test_no_color_is_respected_even_when_colour_is_forced(tmp_path: Path) -> Non
     assert "\x1b[" not in plain.stdout
 
 
-def test_compile_runs_a_real_probe_build_that_passes_once_fixed(tmp_path: Path, stub_libcuda: Path) -> None:
+def test_compile_runs_a_real_probe_build_that_passes_once_fixed(
+    tmp_path: Path, stub_libcuda_dir: Path
+) -> None:
     data, _ = doctor_json(
         "--backend",
         "flashinfer",
         "--compile",
-        env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda}", "CUDA_HOME": "/usr/local/cuda"},
+        env={"FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda_dir}", "CUDA_HOME": "/usr/local/cuda"},
         cache=tmp_path,
     )
     passed = [f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "compile-probe-passed"]
