@@ -38,8 +38,18 @@ Outcome = Literal["failure", "success"]
 
 # Causes that belong to one attempt, not to the environment: the next attempt may well succeed, so a failure
 # carrying any of them is never cached (by any caller: the build hook, the GDN resolver, the CLI).
+# memory-too-small is pre-flight's verdict on the memory available right now (MemAvailable moves with other
+# processes, and is not in the fingerprint); pre-flight runs again before every cold build anyway.
 TRANSIENT_CODES = frozenset(
-    {"build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full", "disk-low"}
+    {
+        "build-timeout",
+        "build-stalled",
+        "build-interrupted",
+        "lock-timeout",
+        "disk-full",
+        "disk-low",
+        "memory-too-small",
+    }
 )
 
 

@@ -99,3 +99,50 @@ def test_waiting_for_a_slot_another_build_holds_is_not_a_stall(tmp_path: Path, c
     result = run_ninja(project.root, project.manifest, module="patient", options=options)
 
     assert result.attempts == 1 and all(p.exists() for p in project.outputs)
+
+
+KILL_NINJA = """\
+import os, sys, psutil
+out, marker = sys.argv[1], sys.argv[2]
+if not os.path.exists(marker):  # the first time only: SIGKILL ninja while the other job still compiles
+    open(marker, "w").close()
+    ninja = next(p for p in psutil.Process().parents() if p.name() == "ninja")
+    ninja.kill()
+open(out, "w").close()
+"""
+SLOW_FIRST = """\
+import os, sys, time
+out, pidfile = sys.argv[1], sys.argv[2]
+first = not os.path.exists(pidfile)
+open(pidfile, "a").write(f"{os.getpid()}\\n")
+if first:
+    time.sleep(60)  # ninja dies meanwhile: this job is left without it
+open(out, "w").close()
+"""
+
+
+def test_ninja_killed_mid_build_ends_the_attempt_at_once_and_leaves_no_orphan_job(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    # ninja SIGKILLed (by the OOM killer, say) while a job runs: nobody stops that job but the runner, which
+    # must end it at once (it would run on for a minute) and retry with fewer jobs.
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "kill_ninja.py").write_text(KILL_NINJA)
+    (root / "slow_first.py").write_text(SLOW_FIRST)
+    (root / "build.ninja").write_text(
+        f"rule killer\n  command = {sys.executable} kill_ninja.py $out {root / 'killed.marker'}\n"
+        f"rule slow\n  command = {sys.executable} slow_first.py $out {root / 'slow.pids'}\n"
+        "build slow.o: slow\nbuild killer.o: killer\ndefault slow.o killer.o\n"
+    )
+    options = BuildOptions(jobs=2, timeout=120, stall_timeout=60, progress="none", cache_dir=cache_dir)
+
+    started = time.monotonic()
+    result = run_ninja(root, root / "build.ninja", module="ninja-killed", options=options)
+
+    assert time.monotonic() - started < 30, "the runner waited for the orphaned job"
+    assert result.attempts == 2 and result.jobs == 1
+    assert (root / "slow.o").exists() and (root / "killer.o").exists()
+    first_slow = int((root / "slow.pids").read_text().split()[0])
+    assert not running(first_slow)
+    assert "ninja itself was killed by SIGKILL" in result.log_path.read_text()

@@ -59,7 +59,8 @@ def test_a_success_is_not_a_failure_but_is_remembered(cache: FailureCache) -> No
 
 
 @pytest.mark.parametrize(
-    "code", ["build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full"]
+    "code",
+    ["build-timeout", "build-stalled", "build-interrupted", "lock-timeout", "disk-full", "memory-too-small"],
 )
 def test_a_failure_with_a_transient_cause_is_not_cached(cache: FailureCache, code: str) -> None:
     transient = Finding(code, "error", "t", "c")
