@@ -134,13 +134,19 @@ class Settings:
             if value <= 0:
                 raise ConfigError(f"JITGUARD_{key}", raw or "", "a positive duration")
             timeouts[key.lower()] = value
+        budget = parse_memory_spec(budget_raw, name="JITGUARD_MEMORY_BUDGET") if budget_raw else None
+        if budget is not None and budget.bytes is not None and budget.bytes <= 0:
+            raise ConfigError(
+                "JITGUARD_MEMORY_BUDGET", budget_raw or "", "a positive size such as 32G, or 75%"
+            )
+        job_memory = parse_size(job_raw, name="JITGUARD_JOB_MEMORY") if job_raw else None
+        if job_memory is not None and job_memory <= 0:
+            raise ConfigError("JITGUARD_JOB_MEMORY", job_raw or "", "a positive size such as 6G")
         return cls(
             disabled=disabled,
             gdn_backend=backend,
-            memory_budget=parse_memory_spec(budget_raw, name="JITGUARD_MEMORY_BUDGET")
-            if budget_raw
-            else None,
-            job_memory=parse_size(job_raw, name="JITGUARD_JOB_MEMORY") if job_raw else None,
+            memory_budget=budget,
+            job_memory=job_memory,
             cache_dir=default_cache_dir(env),
             **timeouts,
         )

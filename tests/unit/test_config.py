@@ -63,6 +63,8 @@ def test_durations(text: str, seconds: float) -> None:
         ("JITGUARD_GDN_BACKEND", "cuda"),
         ("JITGUARD_DISABLE", "maybe"),
         ("JITGUARD_JOB_MEMORY", "lots"),
+        ("JITGUARD_JOB_MEMORY", "0"),
+        ("JITGUARD_MEMORY_BUDGET", "0G"),
     ],
 )
 def test_each_malformed_variable_names_itself_and_what_is_accepted(name: str, value: str) -> None:

@@ -186,7 +186,8 @@ def _needs_nvcc_build(facts: Facts) -> bool:
 
 
 def _settings_budget(facts: Facts) -> tuple[MemorySpec | None, int | None]:
-    """JITGUARD_MEMORY_BUDGET / JITGUARD_JOB_MEMORY; malformed values are the CLI's to report (exit 2)."""
+    """JITGUARD_MEMORY_BUDGET / JITGUARD_JOB_MEMORY; malformed or zero values are the CLI's to report (exit 2,
+    Settings.from_env), so here they count as unset: pre-flight never raises over a setting."""
     env = facts.environment
     budget = job = None
     try:
@@ -199,7 +200,9 @@ def _settings_budget(facts: Facts) -> tuple[MemorySpec | None, int | None]:
         job = parse_size(raw, name="JITGUARD_JOB_MEMORY") if raw else None
     except ConfigError:
         pass
-    return budget, job
+    if budget is not None and budget.bytes is not None and budget.bytes <= 0:
+        budget = None
+    return budget, (job if job is not None and job > 0 else None)
 
 
 def _memory(facts: Facts) -> list[Finding]:

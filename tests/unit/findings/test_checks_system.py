@@ -202,6 +202,15 @@ def test_memory_budget_setting_is_used(tmp_path: Path) -> None:
 
 
 @needs_nvcc_era
+@pytest.mark.parametrize("name", ["JITGUARD_MEMORY_BUDGET", "JITGUARD_JOB_MEMORY"])
+def test_a_zero_memory_setting_counts_as_unset_not_as_an_exception(tmp_path: Path, name: str) -> None:
+    # Settings.from_env rejects it for the CLI (exit 2); the resolver and build hook call pre-flight directly.
+    facts = make_facts(tmp_path, {name: "0"}, gpu=H200, memory=host(avail_gib=120, cpus=64))
+    finding = only(checks_system.check(facts, "flashinfer"), "memory-limits-parallelism")
+    assert "20 parallel jobs (stock: 34)" in finding.title
+
+
+@needs_nvcc_era
 def test_small_container_cannot_compile_at_all(tmp_path: Path) -> None:
     facts = make_facts(tmp_path, gpu=H200, memory=host(avail_gib=120, cpus=16, limit_gib=6))
     finding = only(checks_system.check(facts, "flashinfer"), "memory-too-small")
