@@ -165,6 +165,28 @@ def test_results_are_cached_per_fingerprint_and_a_new_library_invalidates_them(
     assert (third.cached, third.cuda.ok) == (False, True)
 
 
+def test_a_link_that_timed_out_is_not_remembered(
+    base_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real compiler whose link step hangs while a flag file exists (a host too busy to answer in time).
+    slow = tmp_path / "slow"
+    cxx = tmp_path / "cxx"
+    cxx.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -shared "*) [ -e {slow} ] && exec sleep 60;; esac\nexec g++ "$@"\n'
+    )
+    cxx.chmod(0o755)
+    env = {**base_env, "CXX": str(cxx)}
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(libcuda, "TRIAL_TIMEOUT_S", 2.0)
+    slow.touch()
+    hung, _ = _probe(env, cache)
+    assert hung.cuda.returncode is None and "did not finish" in hung.cuda.output
+    slow.unlink()
+    again, _ = _probe(env, cache)
+    assert again.cached is False
+    assert again.cuda.status == "missing" and again.cuda.returncode not in (0, None)
+
+
 def test_a_corrupt_cache_file_is_a_miss(base_env: dict[str, str], tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first, _ = _probe(base_env, cache)

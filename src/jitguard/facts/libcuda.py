@@ -214,7 +214,10 @@ def probe(
         return result(recalled["cudart"], recalled["cuda"], key, True, None)
 
     trials, error = _trial_links(cxx, cuda_home, extra, env)
-    if error is None and cache_file is not None:
+    # A linker that timed out or could not start (returncode None) says nothing about this machine's
+    # libraries, only about this moment: remembering it would report a missing libcuda until the key changes.
+    answered = all(t.returncode is not None for t in trials.values())
+    if error is None and answered and cache_file is not None:
         _write_cache(cache_file, key, trials)
     return result(trials["cudart"], trials["cuda"], key, False, error)
 
