@@ -66,9 +66,11 @@ def wrap_commands(text: str, prefix: Sequence[str]) -> tuple[str, int]:
 
 def write_wrapped(original: Path, destination: Path, prefix: Sequence[str]) -> int:
     """Write the wrapped copy of ``original`` to ``destination``; returns the number of rules wrapped."""
-    text, wrapped = wrap_commands(Path(original).read_text(), prefix)
+    # ninja reads bytes: a file that is not UTF-8 (a Latin-1 path, a stray byte) is copied byte for byte, and
+    # ninja itself then reports whatever is wrong with it.
+    text, wrapped = wrap_commands(Path(original).read_text("utf-8", "surrogateescape"), prefix)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(text)
+    destination.write_text(text, "utf-8", "surrogateescape")
     return wrapped
 
 
@@ -80,6 +82,7 @@ def nothing_to_do(ninja: str, build_dir: Path, manifest: Path, *, timeout: float
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout,
         )
     except (OSError, subprocess.TimeoutExpired):

@@ -105,7 +105,7 @@ def rapidhash(data: bytes, seed: int = _RAPID_SEED) -> int:
 
 def command_hash(command: str, version: int) -> int | None:
     """The hash ninja's log of ``version`` stores for ``command``; None for a version jitguard does not know."""
-    data = command.encode()
+    data = command.encode("utf-8", "surrogateescape")
     if version in (5, 6):
         return murmur64a(data)
     if version == 7:
@@ -116,7 +116,7 @@ def command_hash(command: str, version: int) -> int | None:
 def log_path(build_dir: Path, manifest: Path) -> Path:
     """Where ninja keeps the log of ``manifest`` run in ``build_dir`` (honours a literal top-level builddir)."""
     try:
-        lines = Path(manifest).read_text().splitlines()
+        lines = Path(manifest).read_text("utf-8", "surrogateescape").splitlines()
     except OSError:
         lines = []
     for line in lines:
@@ -129,7 +129,7 @@ def log_path(build_dir: Path, manifest: Path) -> Path:
 
 def read_version(path: Path) -> int | None:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
             first = f.readline()
     except OSError:
         return None
@@ -145,7 +145,7 @@ def latest_entries(path: Path) -> dict[str, tuple[str, str, str, int]]:
     """output -> (start, end, mtime, hash) of its last entry."""
     entries: dict[str, tuple[str, str, str, int]] = {}
     try:
-        text = path.read_text(errors="replace")
+        text = path.read_text("utf-8", "surrogateescape")
     except OSError:
         return entries
     for line in text.splitlines():
@@ -170,7 +170,8 @@ def compdb(
             [ninja, "-C", str(build_dir), "-f", str(Path(manifest).resolve()), "-t", "compdb"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="surrogateescape",  # commands are hashed: keep their exact bytes
             timeout=timeout,
         )
         rows = json.loads(proc.stdout) if proc.returncode == 0 else []
@@ -206,6 +207,6 @@ def translate(log: Path, source: dict[tuple[str, str], str], target: dict[tuple[
         if digest in mapping:
             added.append(f"{start}\t{end}\t{mtime}\t{output}\t{mapping[digest]:x}\n")
     if added:
-        with open(log, "a") as f:
+        with open(log, "a", encoding="utf-8", errors="surrogateescape") as f:
             f.writelines(added)
     return len(added)

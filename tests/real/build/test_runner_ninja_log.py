@@ -49,3 +49,21 @@ def test_objects_built_by_plain_ninja_are_not_compiled_again(tmp_path: Path, cac
     assert result.attempts == 1
     assert _started(project.journal) == 3  # only obj2.o was compiled
     assert all(p.exists() for p in project.outputs)
+
+
+def test_a_manifest_that_is_not_utf8_is_built_byte_for_byte(tmp_path: Path, cache_dir: Path) -> None:
+    # ninja reads bytes: a Latin-1 path in a manifest is valid for it, so it must be for the runner too.
+    root = tmp_path / "p"
+    root.mkdir()
+    name = "caf\xe9.txt".encode("latin-1")
+    (root / "build.ninja").write_bytes(
+        b"# written by a tool that speaks Latin-1\nrule copy\n  command = cp $in $out\n"
+        b"build out.txt: copy " + name + b"\n"
+    )
+    (root / name.decode("utf-8", "surrogateescape")).write_text("made\n")
+    options = BuildOptions(jobs=1, progress="none", cache_dir=cache_dir)
+
+    result = run_ninja(root, root / "build.ninja", module="latin1", options=options)
+
+    assert result.attempts == 1 and (root / "out.txt").read_text() == "made\n"
+    assert "no work to do" in _plain_ninja(root)  # the same bytes: plain ninja agrees it is built
