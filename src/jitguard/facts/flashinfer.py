@@ -254,7 +254,8 @@ def probe_import(module: str, *, timeout: float = 60, env: Mapping[str, str] | N
     elapsed = time.perf_counter() - start
     marker = "@@JITGUARD-IMPORT-PROBE@@"
     if marker in proc.stdout:
-        data = json.loads(proc.stdout.rsplit(marker, 1)[1])
+        # The report is one line; what follows it (an atexit handler of the imported package) is not ours.
+        data = json.loads(proc.stdout.rsplit(marker, 1)[1].partition("\n")[0])
         return ImportProbe(
             module,
             bool(data["ok"]),

@@ -273,12 +273,18 @@ def modules(tmp_path: Path) -> dict[str, str]:
     (mods / "jg_aborts.py").write_text("import os\nos.abort()\n")
     (mods / "jg_hangs.py").write_text("import time\ntime.sleep(60)\n")
     (mods / "jg_fine.py").write_text("VALUE = 1\n")
+    (mods / "jg_atexit.py").write_text("import atexit\natexit.register(print, 'bye from jg_atexit')\n")
     return {**os.environ, "PYTHONPATH": str(mods)}
 
 
 def test_probe_import_ok(modules: dict[str, str]) -> None:
     probe = flashinfer.probe_import("jg_fine", env=modules)
     assert probe.ok and probe.error_type is None and probe.seconds >= 0
+
+
+def test_probe_import_ignores_what_the_package_prints_at_exit(modules: dict[str, str]) -> None:
+    probe = flashinfer.probe_import("jg_atexit", env=modules)
+    assert probe.ok and probe.error_type is None
 
 
 def test_probe_import_reports_the_original_exception(modules: dict[str, str]) -> None:
