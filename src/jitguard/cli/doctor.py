@@ -53,8 +53,15 @@ def configure(subparsers: Any) -> None:
 def execute(args: argparse.Namespace) -> int:
     from jitguard.config import Settings
     from jitguard.facts import collect
+    from jitguard.errors import UsageError
     from jitguard.findings.checks import preflight
 
+    if args.compile and args.backend not in ("all", "flashinfer"):
+        # Silently skipping it would read as "the build works"; the probe only exists for FlashInfer's JIT.
+        raise UsageError(
+            f"--compile builds a FlashInfer probe module; it says nothing about --backend {args.backend}. "
+            f"Run `jitguard doctor --backend flashinfer --compile`, or drop --compile."
+        )
     settings = Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2
     facts = collect(cache_dir=settings.cache_dir)
     backends = ("flashinfer", "triton", "torch") if args.backend == "all" else (args.backend,)

@@ -76,6 +76,13 @@ def test_unknown_backend_is_a_usage_error_without_traceback(tmp_path: Path) -> N
     assert "Traceback" not in proc.stderr
 
 
+def test_compile_with_a_backend_that_compiles_nothing_is_a_usage_error(tmp_path: Path) -> None:
+    proc = doctor("--backend", "triton", "--compile", cache=tmp_path)
+    assert proc.returncode == 2
+    assert "jitguard doctor --backend flashinfer --compile" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
 def test_malformed_jitguard_variable_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     proc = doctor(env={"JITGUARD_MEMORY_BUDGET": "lots"}, cache=tmp_path)
     assert proc.returncode == 2
