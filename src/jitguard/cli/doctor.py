@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jitguard.errors import EXIT_FAILURE, EXIT_OK
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from jitguard.config import Settings
@@ -53,7 +53,6 @@ def configure(subparsers: Any) -> None:
 def execute(args: argparse.Namespace) -> int:
     from jitguard.config import Settings
     from jitguard.facts import collect
-    from jitguard.errors import UsageError
     from jitguard.findings.checks import preflight
 
     if args.compile and args.backend not in ("all", "flashinfer"):
