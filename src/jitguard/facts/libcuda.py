@@ -2,16 +2,12 @@
 guessing.
 
 FlashInfer 0.6.x links every JIT module with ``$CXX <objects> -shared -L$cuda_home/lib64
--L$cuda_home/lib64/stubs
--lcudart -lcuda $FLASHINFER_EXTRA_LDFLAGS`` (``jit/cpp_ext.py``), so pip-style CUDA (``lib/``, no stubs) or a
-driverless build host fails with ``cannot find -lcuda`` only after every kernel compiled. This probe runs
-that link
-line on a one-line object in a temp dir, once per library so each gets its own verdict, with the caller's
-LIBRARY_PATH, and keeps the exact command and the linker's output as evidence. Results are cached per
-fingerprint
-of everything the linker's answer depends on. It also searches where a fix exists: a driver
-``libcuda.so(.1)``,
-the toolkit's link stubs, pip and conda copies.
+-L$cuda_home/lib64/stubs -lcudart -lcuda $FLASHINFER_EXTRA_LDFLAGS`` (``jit/cpp_ext.py``), so pip-style CUDA
+(``lib/``, no stubs) or a driverless build host fails with ``cannot find -lcuda`` only after every kernel
+compiled. This probe runs that link line on a one-line object in a temp dir, once per library so each gets its
+own verdict, with the caller's LIBRARY_PATH, and keeps the exact command and the linker's output as evidence.
+Results are cached per fingerprint of everything the linker's answer depends on. It also searches where a fix
+exists: a driver ``libcuda.so(.1)``, the toolkit's link stubs, pip and conda copies.
 """
 
 from __future__ import annotations

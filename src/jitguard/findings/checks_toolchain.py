@@ -1,14 +1,10 @@
 """Toolchain checks: facts about nvcc, ninja, the host compiler, the trial link and libstdc++ turned into
-findings
-for a backend, and the exact ELF check of a built module against the runtime libstdc++.
+findings for a backend, and the exact ELF check of a built module against the runtime libstdc++.
 
 Only FlashInfer's nvcc era compiles and links on the host; its CuTeDSL era, Triton and PyTorch need none of
-this,
-so they get no toolchain findings. Fixes are filled with what the probes found on this machine (a directory
-that
-really holds libcuda.so, a toolkit that really has headers); a fix whose facts are missing is dropped, not
-shown
-with a hole in it.
+this, so they get no toolchain findings. Fixes are filled with what the probes found on this machine (a
+directory that really holds libcuda.so, a toolkit that really has headers); a fix whose facts are missing is
+dropped, not shown with a hole in it.
 """
 
 from __future__ import annotations
@@ -124,10 +120,8 @@ def check_built_library(
     so_path: Path, runtime: LibstdcxxFacts, *, cxx_alternatives: Sequence[str] = ()
 ) -> list[Finding]:
     """The exact load check of a built module: GLIBCXX/CXXABI versions ``so_path`` needs from libstdc++.so.6
-    that
-    ``runtime.runtime_lib`` does not define -> one ``so-glibcxx-missing`` finding naming them. ``[]`` when
-    all are
-    present, or when the module or the runtime library cannot be read (nothing can be said exactly)."""
+    that ``runtime.runtime_lib`` does not define -> one ``so-glibcxx-missing`` finding naming them. ``[]`` when
+    all are present, or when the module or the runtime library cannot be read (nothing can be said exactly)."""
     if runtime.runtime_lib is None:
         return []
     try:
@@ -212,8 +206,7 @@ def glibcxx_fix_params(
     missing: Sequence[str], runtime: LibstdcxxFacts | None, cxx_alternatives: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Template fields for ``so-glibcxx-missing``: the missing versions, a libstdc++ that has them (for
-    LD_PRELOAD),
-    the GCC release that first ships them, and a compiler no newer than the runtime's libstdc++."""
+    LD_PRELOAD), the GCC release that first ships them, and a compiler no newer than the runtime's libstdc++."""
     params: dict[str, Any] = {"missing": ", ".join(missing)}
     glibcxx = elf.versions_with_prefix(missing, "GLIBCXX")
     if glibcxx and glibcxx[-1] in FIRST_GCC_WITH:
