@@ -115,3 +115,10 @@ def test_max_jobs_agrees_with_flashinfers_own_parser(tmp_path: Path) -> None:
     theirs = json.loads(proc.stdout.splitlines()[-1])
     ours = [environment.probe({"MAX_JOBS": v}).max_jobs_value for v in values]
     assert ours == theirs
+
+
+def test_max_jobs_with_non_ascii_digits_is_invalid_not_a_crash() -> None:
+    from jitguard.facts import environment
+
+    facts = environment.probe({"MAX_JOBS": "²"})
+    assert facts.max_jobs_valid is False and facts.max_jobs_value is None
