@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,6 @@ _NO_HOST_BUILD_ERAS = ("cutedsl", "none", "too-old")
 _GCC_MAJOR_NEWEST = {8: 25, 9: 28, 10: 28, 11: 29, 12: 30, 13: 32, 14: 33, 15: 34}
 # Where the symlink recipes put a `lib<name>.so` for a versioned-only library.
 _LINK_DIR = "$HOME/.local/lib/jitguard-{library}"
-_UNFILLED = re.compile(r"\{[a-z_][a-z0-9_]*\}")
 
 
 def check(facts: Facts, backend: str) -> list[Finding]:
@@ -55,37 +53,29 @@ def check(facts: Facts, backend: str) -> list[Finding]:
 
     found: list[Finding] = []
     if not tc.cxx.usable:
-        found.append(
-            _finish(make("cxx-missing", backend=BACKEND, evidence=_tool_evidence(tc.cxx), **cxx_params(tc)))
-        )
+        found.append(make("cxx-missing", backend=BACKEND, evidence=_tool_evidence(tc.cxx), **cxx_params(tc)))
     if not tc.ninja.usable:
         found.append(
             make("ninja-missing", backend=BACKEND, evidence=_tool_evidence(tc.ninja), path=tc.search_path)
         )
     if not tc.nvcc.usable:
-        found.append(
-            _finish(make("nvcc-missing", backend=BACKEND, evidence=_nvcc_evidence(tc), **nvcc_params(tc)))
-        )
+        found.append(make("nvcc-missing", backend=BACKEND, evidence=_nvcc_evidence(tc), **nvcc_params(tc)))
     elif tc.nvcc_release is not None and tc.nvcc_release < MIN_NVCC_FOR_GDN_SM90:
         found.append(
-            _finish(
-                make(
-                    "nvcc-too-old",
-                    backend=BACKEND,
-                    evidence=_nvcc_evidence(tc),
-                    **nvcc_params(tc, newer=True),
-                )
+            make(
+                "nvcc-too-old",
+                backend=BACKEND,
+                evidence=_nvcc_evidence(tc),
+                **nvcc_params(tc, newer=True),
             )
         )
     if tc.nvcc.usable and not tc.nvcc_finds_headers:
         found.append(
-            _finish(
-                make(
-                    "cuda-headers-missing",
-                    backend=BACKEND,
-                    evidence=_header_evidence(tc),
-                    **header_params(tc),
-                )
+            make(
+                "cuda-headers-missing",
+                backend=BACKEND,
+                evidence=_header_evidence(tc),
+                **header_params(tc),
             )
         )
     if link.error is None:
@@ -93,24 +83,20 @@ def check(facts: Facts, backend: str) -> list[Finding]:
             trial = link.trial(library)
             if trial.status in ("missing", "failed"):
                 found.append(
-                    _finish(
-                        make(
-                            f"link-missing-lib{library}",
-                            backend=BACKEND,
-                            evidence=trial.evidence,
-                            **link_params(library, link, tc),
-                        )
+                    make(
+                        f"link-missing-lib{library}",
+                        backend=BACKEND,
+                        evidence=trial.evidence,
+                        **link_params(library, link, tc),
                     )
                 )
     if lib.runtime_older:
         found.append(
-            _finish(
-                make(
-                    "libstdcxx-runtime-older",
-                    backend=BACKEND,
-                    evidence=_libstdcxx_evidence(lib),
-                    **libstdcxx_params(lib, tc),
-                )
+            make(
+                "libstdcxx-runtime-older",
+                backend=BACKEND,
+                evidence=_libstdcxx_evidence(lib),
+                **libstdcxx_params(lib, tc),
             )
         )
     return found
@@ -141,11 +127,7 @@ def check_built_library(
         f"missing: {', '.join(missing)}",
     ]
     params = glibcxx_fix_params(missing, runtime, cxx_alternatives)
-    return [
-        _finish(
-            make("so-glibcxx-missing", backend=BACKEND, evidence=evidence, so_path=str(so_path), **params)
-        )
-    ]
+    return [make("so-glibcxx-missing", backend=BACKEND, evidence=evidence, so_path=str(so_path), **params)]
 
 
 # Parameters: public so the log classifier can fill the same fixes from the same facts.
@@ -153,8 +135,7 @@ def check_built_library(
 
 def params_for(code: str, facts: Facts) -> dict[str, Any]:
     """Template fields for a toolchain ``code`` from the facts, for findings built elsewhere (e.g. from a
-    build log by ``classify``): ``make(code, evidence=..., **params_for(code, facts))``, then
-    ``drop_unfilled_fixes``."""
+    build log by ``classify``): ``make(code, evidence=..., **params_for(code, facts))``."""
     tc, link, lib = facts.toolchain, facts.link, facts.libstdcxx
     if code in ("link-missing-libcuda", "link-missing-libcudart"):
         return link_params(code.removeprefix("link-missing-lib"), link, tc)
@@ -279,21 +260,7 @@ def cxx_params(tc: ToolchainFacts) -> dict[str, Any]:
     return params
 
 
-def drop_unfilled_fixes(finding: Finding) -> Finding:
-    """The finding without fixes whose text or command still holds an unfilled ``{field}``."""
-    return _finish(finding)
-
-
 # Helpers.
-
-
-def _finish(finding: Finding) -> Finding:
-    kept = tuple(
-        f
-        for f in finding.fixes
-        if not _UNFILLED.search(f.text) and not (f.command and _UNFILLED.search(f.command))
-    )
-    return replace(finding, fixes=kept)
 
 
 def _pick_home(tc: ToolchainFacts, ok: Any) -> CudaHome | None:
