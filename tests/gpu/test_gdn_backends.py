@@ -154,3 +154,17 @@ def test_auto_prefers_flashinfer_and_falls_to_triton_for_inputs_flashinfer_canno
     x = make_inputs((100, 3), 2, 2, 4, 64, dtype=torch.bfloat16, device="cuda", with_state=True)
     o, state = run(x, "auto")
     check(o, state, reference(x, l2=False), "auto D=64")
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_takes_strided_views(backend: str) -> None:
+    """q/k/v split from one fused projection (as an engine holds them) and g/beta transposed from [H, T]."""
+    x = make_inputs(RAGGED, 16, 16, 32, 128, dtype=torch.bfloat16, device="cuda", seed=5, with_state=True)
+    qkv = torch.cat([x.q, x.k, x.v], dim=1)
+    q, k, v = qkv.split([16, 16, 32], dim=1)
+    g, beta = x.g.t().contiguous().t(), x.beta.t().contiguous().t()
+    assert not (q.is_contiguous() or g.is_contiguous() or beta.is_contiguous())
+    strided = GdnInputs(q, k, v, g, beta, x.cu_seqlens, x.initial_state)
+    o, state = run(strided, backend)
+    check(o, state, reference(x, l2=False), f"{backend} strided")

@@ -86,6 +86,8 @@ def execute_run(args: argparse.Namespace) -> int:
     from jitguard.gdn.shapes import SHAPES, inputs_for
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" and not (device == "cuda" or (device[:5] == "cuda:" and device[5:].isdigit())):
+        raise UsageError(f"--device {device}: use cpu, cuda or cuda:N (e.g. cuda:0).")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(
             f"--device {device}: this torch ({torch.__version__}) sees no CUDA device. Use --device cpu."

@@ -46,13 +46,13 @@ def chunk_gated_delta_rule(
         GdnInputError (a UsageError and a ValueError): bad input, with what to do.
         BackendUnavailable: a named backend cannot run here; carries the findings.
     """
-    _, hq, hk, hv, d, _ = check_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+    key = check_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
     if backend != "auto":
         backend = check_backend_name(backend)
     dispatcher = resolution._DISPATCHER or resolution.dispatcher()
     return dispatcher.call(
         backend,
-        (q.device.type, q.dtype, d, hq, hk, hv),
+        key,
         (
             q,
             k,
@@ -60,7 +60,7 @@ def chunk_gated_delta_rule(
             g,
             beta,
             cu_seqlens,
-            d**-0.5 if scale is None else float(scale),
+            key[2] ** -0.5 if scale is None else float(scale),
             initial_state,
             bool(output_final_state),
             bool(use_qk_l2norm),

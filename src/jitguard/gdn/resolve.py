@@ -362,6 +362,7 @@ class Dispatcher:
                         raise  # our own backend or the caller's problem: not a reason to switch backends
                     findings = self._record(b, stage, exc, plan)
                     if plan.requested != "auto":
+                        del self._plans[(backend, key)]  # the next call re-plans and names this backend again
                         alternative = self._alternative(plan.spec, exclude=b.NAME)
                         raise BackendUnavailable(OP, b.NAME, findings, alternative) from exc
                     continue

@@ -67,24 +67,40 @@ def check_call(
     cu_seqlens: torch.Tensor,
     scale: float | None,
     initial_state: torch.Tensor | None,
-) -> tuple[int, int, int, int, int, int]:
-    """Validate one call. Returns ``(T, Hq, Hk, Hv, D, N)``; raises ``GdnInputError``."""
+) -> tuple[str, torch.dtype, int, int, int, int]:
+    """Validate one call. Returns its dispatch key ``(device type, dtype, D, Hq, Hk, Hv)``; raises
+    ``GdnInputError``."""
     if _Tensor is None:
         _bind_torch()
     try:
-        dims = _fast_check(q, k, v, g, beta, cu_seqlens, scale, initial_state)
-    except (AttributeError, TypeError, ValueError):
-        dims = None
-    if dims is not None:
-        return dims
-    return _explain_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+        key = _fast_check(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+    except GdnInputError:
+        raise  # cu_seqlens values: already the full message
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        key = None
+    if key is not None:
+        return key
+    _, hq, hk, hv, d, _ = _explain_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
+    return _device_type(q.device), q.dtype, d, hq, hk, hv
+
+
+# torch.device.type builds a new str on every read (~0.2 us); devices are few, so remember each one's type.
+_DEVICE_TYPES: dict[Any, str] = {}
+
+
+def _device_type(device: Any) -> str:
+    kind = _DEVICE_TYPES.get(device)
+    if kind is None:
+        kind = _DEVICE_TYPES[device] = device.type
+    return kind
 
 
 def _fast_check(
     q: Any, k: Any, v: Any, g: Any, beta: Any, cu: Any, scale: Any, state: Any
-) -> tuple[int, int, int, int, int, int] | None:
-    """The per-call path: the same rules as ``_explain_call`` with the fewest attribute reads. Returns None
-    (never raises GdnInputError) when anything is off; ``_explain_call`` then finds it and says what."""
+) -> tuple[str, Any, int, int, int, int] | None:
+    """The per-call path: the same rules as ``_explain_call`` with the fewest attribute reads. Returns the
+    dispatch key, or None when anything is off (``_explain_call`` then finds it and says what); raises
+    GdnInputError only for the values of a CPU ``cu_seqlens``."""
     T = _Tensor
     if not (isinstance(q, T) and isinstance(k, T) and isinstance(v, T) and isinstance(g, T)):
         return None
@@ -104,7 +120,8 @@ def _fast_check(
     dtype = q.dtype
     if dtype not in _FLOATS or k.dtype != dtype or v.dtype != dtype:
         return None
-    if g.shape != (t, h) or beta.shape != (t, h) or g.dtype not in _FLOATS or beta.dtype not in _FLOATS:
+    th = (t, h)
+    if g.shape != th or beta.shape != th or g.dtype not in _FLOATS or beta.dtype not in _FLOATS:
         return None
     device = q.device
     if k.device != device or v.device != device or g.device != device or beta.device != device:
@@ -112,22 +129,20 @@ def _fast_check(
     (n1,) = cu.shape
     if n1 < 2 or cu.dtype not in _INTS:
         return None
-    where = cu.device
-    if where.type == "cpu":
+    if cu.is_cpu:
         check_cu_seqlens_values(cu, t)  # raises GdnInputError itself: the message needs the values
-    elif where != device:
+    elif cu.device != device:
         return None
-    n = n1 - 1
     if state is not None and (
         not isinstance(state, T)
-        or state.shape != (n, h, d, d)
+        or state.shape != (n1 - 1, h, d, d)
         or state.dtype != _F32
         or state.device != device
     ):
         return None
     if scale is not None and (type(scale) not in (float, int) or not math.isfinite(scale) or scale == 0):
         return None
-    return t, hq, hk, hv, d, n
+    return _device_type(device), dtype, d, hq, hk, hv
 
 
 def _explain_call(
@@ -179,13 +194,17 @@ def _explain_call(
         if initial_state.device != device:
             raise _fail(f"initial_state must be on the device of q ({device}), got {initial_state.device}.")
     if scale is not None and (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not math.isfinite(scale)
-        or scale == 0
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not _finite_nonzero(scale)
     ):
         raise _fail(f"scale must be a finite non-zero number or None (= D ** -0.5), got {scale!r}.")
     return T, Hq, Hk, Hv, D, N
+
+
+def _finite_nonzero(x: float) -> bool:
+    try:
+        return math.isfinite(x) and x != 0
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _check_cu_seqlens(cu_seqlens: Any, T: int, device: Any) -> int:

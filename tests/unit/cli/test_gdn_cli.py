@@ -60,3 +60,9 @@ def test_explain_shows_the_decision_for_a_cuda_call(tmp_path: Path) -> None:
     payload = json.loads(jitguard(tmp_path, "gdn", "explain", "--json").stdout)
     assert payload["auto"]["backend"] == "torch"
     assert payload["statuses"]["flashinfer"]["usable"] is False
+
+
+def test_run_with_an_unknown_device_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
+    done = jitguard(tmp_path, "gdn", "run", "--device", "gpu", "--repeat", "0")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "use cpu, cuda or cuda:N" in done.stderr

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,27 @@ def test_triton_load_turns_flash_qla_off_unless_set(monkeypatch: pytest.MonkeyPa
         assert os.environ.get("FLA_FLASH_QLA") == "0"
     finally:
         os.environ.pop("FLA_FLASH_QLA", None)
+
+
+def test_flashinfer_gets_a_packed_alpha_and_beta_from_strided_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashInfer reads alpha/beta as packed [T, H] fp32 without checking strides; exp() keeps g's strides, so a
+    transposed g must be made contiguous. The kernel cannot run here: a stand-in records what it was given."""
+    import torch
+
+    seen: dict[str, torch.Tensor] = {}
+
+    def kernel(q: Any, k: Any, v: Any, alpha: Any, beta: Any, **kw: Any) -> Any:
+        seen.update(q=q, alpha=alpha, beta=beta)
+        return q
+
+    monkeypatch.setattr(flashinfer, "_kernel", kernel)
+    T, H = 6, 4
+    g = -torch.rand(H, T).t()  # [T, H] view of a [H, T] buffer
+    beta = torch.rand(H, T, dtype=torch.bfloat16).t()
+    q = torch.randn(T, H, 128, dtype=torch.bfloat16)
+    cu = torch.tensor([0, T])
+    flashinfer.run(q, q, q, g, beta, cu, 0.1, None, False, False)
+    assert seen["alpha"].is_contiguous() and seen["beta"].is_contiguous()
+    assert seen["alpha"].dtype == seen["beta"].dtype == torch.float32
+    torch.testing.assert_close(seen["alpha"], g.exp())
+    torch.testing.assert_close(seen["beta"], beta.float())

@@ -230,6 +230,11 @@ def test_strict_first_use_failure_raises_with_the_classified_cause(tmp_path: Pat
         run_small(d, small(), backend="fakejit")
     assert "link-missing-libcuda" in codes(caught.value.findings)
     assert caught.value.alternative == "torch"
+    # The next call fails the same way, naming the same backend, without trying to load it again.
+    with pytest.raises(BackendUnavailable) as again:
+        run_small(d, small(), backend="fakejit")
+    assert again.value.backend == "fakejit" and again.value.alternative == "torch"
+    assert "link-missing-libcuda" in codes(again.value.findings) and fake.loads == 1
 
 
 def test_a_launch_failure_falls_through_too(tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ BAD: list[tuple[str, Edit, str]] = [
     ("scale-zero", lambda a: a.update(scale=0.0), "scale must be a finite non-zero number"),
     ("scale-nan", lambda a: a.update(scale=float("nan")), "scale must be a finite non-zero number"),
     ("scale-string", lambda a: a.update(scale="0.1"), "scale must be a finite non-zero number"),
+    ("scale-huge-int", lambda a: a.update(scale=10**400), "scale must be a finite non-zero number"),
     ("unknown-backend", lambda a: a.update(backend="cuda"), "backend must be one of auto, flashinfer"),
 ]
 
@@ -113,3 +114,17 @@ def test_gqa_and_gva_and_mha_layouts_are_accepted() -> None:
         x = make_inputs((3,), hq, hk, hv, 8, dtype=torch.float32)
         o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, cu_seqlens=x.cu_seqlens)
         assert o.shape == (3, max(hq, hv), 8)
+
+
+def test_the_dispatch_key_comes_from_validation() -> None:
+    from jitguard.gdn.validate import check_call
+
+    a = good()
+    key = check_call(a["q"], a["k"], a["v"], a["g"], a["beta"], a["cu_seqlens"], None, a["initial_state"])
+    assert key == ("cpu", torch.float32, D, HQ, HQ, HV)
+
+    # the thorough path (numpy-like float scale) gives the same key
+    class Scale(float):
+        pass
+
+    assert check_call(a["q"], a["k"], a["v"], a["g"], a["beta"], a["cu_seqlens"], Scale(0.5), None) == key

@@ -8,9 +8,10 @@ Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL s
   fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
 
 Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
-input gives NaN), g and beta as contiguous float32, cu_seqlens as int64 on the device, q/k l2-normalised by
-jitguard (FlashInfer <= 0.6.18 accepts ``use_qk_l2norm_in_kernel`` and ignores it). The state layout [N, H,
-V, K] float32 and the head rules (GQA and GVA, ``H = max(Hq, Hv)``) are FlashInfer's own.
+input gives NaN), alpha and beta as contiguous float32, cu_seqlens on the device (FlashInfer casts it to
+int64 itself), q/k l2-normalised by jitguard (FlashInfer <= 0.6.18 accepts ``use_qk_l2norm_in_kernel`` and
+ignores it). The state layout [N, H, V, K] float32 and the head rules (GQA and GVA, ``H = max(Hq, Hv)``) are
+FlashInfer's own.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def run(
 
         q, k = l2norm(q), l2norm(k)
     f32 = torch.float32
-    alpha = (g if g.dtype == f32 else g.float()).exp()
+    # exp() keeps g's strides: a transposed g would reach the kernel as a strided alpha it reads as packed.
+    alpha = (g if g.dtype == f32 else g.float()).exp().contiguous()
     beta = beta.contiguous() if beta.dtype == f32 else beta.float().contiguous()
     # FlashInfer casts cu_seqlens to int64 itself; converting here too would cost a second kernel per call.
     cu = cu_seqlens if cu_seqlens.is_cuda else cu_seqlens.to(q.device, non_blocking=True)
