@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from jitguard.errors import BuildFailed
+from jitguard.errors import BuildFailed, JitguardError
 from jitguard.findings.model import Finding
 from jitguard.state.atomic_file import read_json, write_json
 
@@ -179,6 +179,32 @@ def _lock_timeout_finding(module: str, waited: float, who: str, lock_path: Path)
         )
 
 
+class LockUnavailable(JitguardError):
+    """The lock file cannot be created or opened at all (not contention): say whose it is and what to do."""
+
+    def __init__(self, module: str, lock_path: Path, exc: OSError) -> None:
+        self.module = module
+        self.lock_path = lock_path
+        owner = _owner_of(lock_path)
+        super().__init__(
+            f"Cannot open the build lock of {module} at {lock_path}: {exc.strerror or exc}{owner}. "
+            "Fix: run as the user who owns FlashInfer's cache, make that directory writable for you "
+            f"(`chmod -R u+w {lock_path.parent}`), or point FLASHINFER_WORKSPACE_BASE (FlashInfer's cache) and "
+            "JITGUARD_CACHE_DIR at directories you own."
+        )
+
+
+def _owner_of(path: Path) -> str:
+    """' (owned by uid N)' for the path or its nearest existing parent, when that is not us."""
+    for candidate in (path, *path.parents):
+        try:
+            uid = candidate.stat().st_uid
+        except OSError:
+            continue
+        return f" ({candidate} is owned by uid {uid})" if uid != os.geteuid() else ""
+    return ""
+
+
 class ModuleLock:
     """An exclusive, kernel-released (flock) lock on ``lock_path`` for building ``module``.
 
@@ -221,11 +247,17 @@ class ModuleLock:
         if self._fd is not None:
             raise RuntimeError(f"the build lock of {self.module} is already held by this object")
         ensure_visible_logging()
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LockUnavailable(self.module, self.lock_path, exc) from exc
         start = time.monotonic()
         next_report = start
         while True:
-            fd = self._try_lock()
+            try:
+                fd = self._try_lock()
+            except OSError as exc:
+                raise LockUnavailable(self.module, self.lock_path, exc) from exc
             if fd is not None:
                 break
             now = time.monotonic()

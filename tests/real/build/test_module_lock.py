@@ -182,3 +182,16 @@ def test_progress_is_read_from_the_tail_of_a_ninja_log(tmp_path: Path) -> None:
     assert progress_from_log(log) is None
     log.write_text("ninja: Entering directory\n[1/34] nvcc a.cu\n[12/34] nvcc b.cu\nwarning: x\n")
     assert progress_from_log(log) == (12, 34)
+
+
+def test_a_lock_path_that_cannot_be_created_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    from jitguard.build.module_lock import LockUnavailable, ModuleLock
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the lock directory should be")
+    lock = ModuleLock(blocker / "tmp" / "mod.lock", "mod", timeout=5)
+    with pytest.raises(LockUnavailable) as info:
+        lock.acquire()
+    message = str(info.value)
+    assert str(blocker / "tmp" / "mod.lock") in message and "Fix:" in message
+    assert not lock.held
