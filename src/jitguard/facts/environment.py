@@ -77,7 +77,8 @@ def probe(env: Mapping[str, str]) -> EnvironmentFacts:
     raw = env.get("MAX_JOBS")
     # FlashInfer (jit/cpp_ext.py) passes -j only when MAX_JOBS.isdigit(); anything else (" 4", "4.0", "auto")
     # is dropped without a word and ninja runs its default nproc+2 jobs.
-    value = int(raw) if raw is not None and raw.isdigit() else None
+    # isdigit() also accepts digits int() rejects ("²"): FlashInfer would crash on those; we report them invalid.
+    value = int(raw) if raw is not None and raw.isdigit() and raw.isascii() else None
     valid = raw is None or value is not None
     if value == 0:
         valid = False  # "-j 0" means unlimited parallelism to ninja: the opposite of what anyone means
