@@ -375,7 +375,7 @@ class Dispatcher:
     def _record(self, b: GdnBackend, stage: str, exc: BaseException, plan: _Plan) -> tuple[Finding, ...]:
         rest = [c.NAME for c in plan.candidates[1:]]
         alternative = rest[0] if rest else self._alternative(plan.spec, exclude=b.NAME) or "torch"
-        findings = classify_failure(b, stage, exc, alternative=alternative)
+        findings = classify_failure(b, stage, exc, alternative=alternative, facts=self.environment.facts())
         log_path = getattr(exc, "log_path", None)
         self._failed[b.NAME] = findings
         self.environment.record_failure(b, findings, log_path)
@@ -474,9 +474,10 @@ def primary_finding(findings: Sequence[Finding]) -> Finding:
 
 
 def classify_failure(
-    b: GdnBackend, stage: str, exc: BaseException, *, alternative: str
+    b: GdnBackend, stage: str, exc: BaseException, *, alternative: str, facts: Facts | None = None
 ) -> tuple[Finding, ...]:
-    """A first-use exception -> findings: the stage finding plus whatever the log classifier recognises."""
+    """A first-use exception -> findings: the stage finding plus whatever the log classifier recognises; with
+    ``facts``, those findings name this machine's fixes (the directory holding libcuda, ...) like pre-flight's."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     last = (traceback.format_exception_only(type(exc), exc)[-1]).strip()
     # BuildFailed from jitguard's supervised build (flashinfer_hook) arrives already classified.
@@ -488,7 +489,7 @@ def classify_failure(
         def run_classifier() -> list[Finding]:
             from jitguard.findings.classify import classify
 
-            return list(classify(text, getattr(exc, "returncode", None), backend=b.NAME))
+            return list(classify(text, getattr(exc, "returncode", None), backend=b.NAME, facts=facts))
 
         classified = [
             f for f in _guarded(b.NAME, b.TITLE, run_classifier) if f.code != "gdn-preflight-crashed"
