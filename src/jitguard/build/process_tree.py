@@ -20,6 +20,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,6 @@ from typing import IO, Any
 
 import psutil
 
-_PR_SET_PDEATHSIG = 1
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -43,10 +43,22 @@ def _load_libc() -> Any:
 _LIBC = _load_libc()
 
 
-def _child_setup() -> None:
-    # Runs in the child between fork and exec: keep it to one system call.
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+# The root is started through this tiny exec wrapper instead of a ``preexec_fn``: Python code between fork and
+# exec can deadlock in a multithreaded parent (an inference engine always is), while a fresh interpreter is safe.
+# It asks the kernel for SIGTERM when its parent dies, checks the parent did not die before that, then becomes
+# the real command (same pid).
+_EXEC_WITH_PDEATHSIG = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG
+    "os.getppid() == int(sys.argv[1]) or os._exit(143)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _with_pdeathsig(argv: Sequence[str]) -> list[str]:
+    if _LIBC is None:  # no libc to ask (not Linux/glibc): run the command as it is
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PDEATHSIG, str(os.getpid()), *argv]
 
 
 @dataclass(frozen=True)
@@ -87,14 +99,13 @@ class ProcessTree:
         stdout: int | IO[bytes] | None = subprocess.PIPE,
     ) -> ProcessTree:
         popen = subprocess.Popen(
-            list(argv),
+            _with_pdeathsig(argv),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_child_setup,
         )
         tree = cls(popen)
         _register(tree)
