@@ -17,16 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitguard.build.launcher import KILLED_MARKER
+from jitguard.findings.classify import OOM_TEXT
 
-_TEXT = re.compile(
-    re.escape(KILLED_MARKER) + r" 9\b"
-    r"|died due to signal 9"  # nvcc: 'cicc' died due to signal 9 (Kill signal)
-    r"|Killed signal terminated program"  # gcc driver: cc1plus was SIGKILLed
-    r"|^\s*Killed\b"  # the shell's report of a SIGKILLed command
-    r"|out of memory|std::bad_alloc|virtual memory exhausted|memory exhausted|Cannot allocate memory"
-    r"|memory allocation fail",
-    re.IGNORECASE | re.MULTILINE,
-)
+_TEXT = re.compile(re.escape(KILLED_MARKER) + r" 9\b|" + OOM_TEXT.pattern, OOM_TEXT.flags)
 _MAX_EVIDENCE = 6
 
 

@@ -23,6 +23,18 @@ SIGKILL_CODES = frozenset({137, -9})
 MAX_EVIDENCE_LINES = 6
 
 
+# A compile job killed or starved of memory, as compilers and shells print it. Not a GPU's "CUDA out of memory":
+# that is a runtime error of a launch, not of a build. build/oom.py adds the runner's own launcher marker.
+OOM_TEXT = re.compile(
+    r"died due to signal 9"  # nvcc: 'cicc' died due to signal 9 (Kill signal)
+    r"|Killed signal terminated program"  # gcc driver: cc1plus was SIGKILLed
+    r"|^\s*Killed\b"  # the shell's report of a SIGKILLed command
+    r"|(?<!CUDA )out of memory|std::bad_alloc|virtual memory exhausted|memory exhausted|Cannot allocate memory"
+    r"|memory allocation fail",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
 @dataclass(frozen=True)
 class _Rule:
     code: str
@@ -47,14 +59,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 _RULES: tuple[_Rule, ...] = (
     _Rule("disk-full", re.compile(r"No space left on device|Disk quota exceeded", re.I)),
-    _Rule(
-        "build-oom-killed",
-        re.compile(
-            r"died due to signal 9|\bKilled\b|signal 9 \(Kill signal\)|out of memory|std::bad_alloc"
-            r"|virtual memory exhausted|Cannot allocate memory|memory allocation fail",
-            re.I,
-        ),
-    ),
+    _Rule("build-oom-killed", OOM_TEXT),
     _Rule(
         "so-glibcxx-missing",
         re.compile(

@@ -43,3 +43,13 @@ def test_log_path_parameter_reaches_the_finding_text() -> None:
     findings = classify("something broke: error 42\n", 1, log_path="/var/log/jitguard/x.log")
     rendered = " ".join([findings[0].cause, *[f.render() for f in findings[0].fixes]])
     assert "/var/log/jitguard/x.log" in rendered
+
+
+def test_a_gpu_out_of_memory_error_is_not_a_compiler_oom() -> None:
+    log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert "build-oom-killed" not in [f.code for f in classify(log, 1)]
+
+
+def test_a_sigterm_from_the_launcher_is_not_an_oom() -> None:
+    log = "jitguard-launch: killed by signal 15 (SIGTERM)\nninja: build stopped: interrupted by user.\n"
+    assert "build-oom-killed" not in [f.code for f in classify(log, 2)]
