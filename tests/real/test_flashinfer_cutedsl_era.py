@@ -1,0 +1,423 @@
+"""The real flashinfer-python 0.6.18 (CuTeDSL era) on this GPU-less machine, through jitguard's public pieces.
+
+0.6.18 is installed with ``pip install --no-deps --target`` into a cached directory that shadows the system
+FlashInfer (0.6.6 here) on PYTHONPATH; every check runs in a subprocess with that environment. What the real
+package does here (CPU-only torch): ``import flashinfer.gdn_prefill`` raises ``AssertionError: Torch not
+compiled with CUDA enabled`` from a module-level ``torch.cuda.get_device_properties(0)`` in
+``flashinfer/gdn_kernels/gdn_decode_bf16_state.py`` (FlashInfer only catches ImportError and RuntimeError
+there), so ``import flashinfer`` fails as a whole. With those device queries answered as an H200 would, it
+imports with the real nvidia-cutlass-dsl 4.8.1; without the DSL it fails on ``import cutlass``. The DSL is
+made older by a shadowing dist-info, and absent by ``python -S`` over a copy of site-packages without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
+
+VERSION = "0.6.18"
+DSL_FLOOR = ">=4.6.2a0"  # flashinfer-python 0.6.18's Requires-Dist on nvidia-cutlass-dsl
+SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci")) / f"flashinfer-{VERSION}"
+TOOLCHAIN_AREA = "toolchain"
+
+# Facts and pre-flight, as `jitguard doctor` computes them, plus what the toolchain checks alone say and what
+# they would say on this machine if the era were nvcc (the contrast that makes "none" mean something).
+FACTS_SCRIPT = r"""
+import dataclasses, importlib.metadata, importlib.util, json
+from jitguard.facts import collect
+from jitguard.facts.serialize import facts_to_json
+from jitguard.findings import checks_toolchain
+from jitguard.findings.catalog import CATALOG
+from jitguard.findings.checks import preflight
+
+facts = collect()
+nvcc_era = dataclasses.replace(
+    facts, flashinfer=dataclasses.replace(facts.flashinfer, era="nvcc", gdn_module="gdn_prefill_sm90")
+)
+print("RESULT " + json.dumps({
+    "metadata_version": importlib.metadata.version("flashinfer-python"),
+    "flashinfer_origin": importlib.util.find_spec("flashinfer").origin,
+    "torch_flavour": facts.packages.torch_flavour,
+    "flashinfer": facts_to_json(facts)["flashinfer"],
+    "findings": [
+        {**f.to_json(), "area": CATALOG[f.code].area} for f in preflight(facts, "flashinfer")
+    ],
+    "toolchain_check": [f.code for f in checks_toolchain.check(facts, "flashinfer")],
+    "toolchain_check_if_nvcc_era": [f.code for f in checks_toolchain.check(nvcc_era, "flashinfer")],
+}))
+"""
+
+# The import with no jitguard involved: the ground truth jitguard's reports are compared with.
+RAW_IMPORT_SCRIPT = r"""
+import json
+try:
+    import flashinfer.gdn_prefill
+    result = {"ok": True}
+except BaseException as exc:
+    result = {"ok": False, "type": type(exc).__name__, "message": str(exc)}
+print("RESULT " + json.dumps(result))
+"""
+
+# The GDN backend's own load(), and the finding the resolver makes of its failure.
+BACKEND_LOAD_SCRIPT = r"""
+import json
+from jitguard.gdn.backends import flashinfer as backend
+from jitguard.gdn.resolve import classify_failure
+try:
+    backend.load()
+    result = {"ok": True}
+except Exception as exc:
+    head = classify_failure(backend, "load", exc, alternative="torch")[0]
+    result = {"ok": False, "type": type(exc).__name__, "message": str(exc), "finding": head.to_json()}
+print("RESULT " + json.dumps(result))
+"""
+
+
+# The two device queries FlashInfer 0.6.18 makes at import and jitguard's _check_dsl_kernel makes, answered as
+# an H200 would (there is no GPU here); everything else (FlashInfer, the DSL, jitguard) is the real code.
+H200_LOAD_SCRIPT = (
+    r"""
+import types, torch
+torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+"""
+    + BACKEND_LOAD_SCRIPT
+)
+
+
+def _install(target: Path) -> str | None:
+    """Install flashinfer-python==VERSION into ``target`` (through a staging directory renamed into place, so
+    a half-finished install is never taken for a cached one); pip's output on failure, else None."""
+    staging = target.with_name(target.name + ".partial")
+    subprocess.run(["rm", "-rf", str(staging)], check=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--target",
+            str(staging),
+            f"flashinfer-python=={VERSION}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        return f"pip exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+    staging.rename(target)
+    return None
+
+
+def _installed(target: Path) -> bool:
+    return (target / f"flashinfer_python-{VERSION}.dist-info").is_dir() and (
+        target / "flashinfer" / "gdn_prefill.py"
+    ).is_file()
+
+
+@pytest.fixture(scope="module")
+def target() -> Path:
+    """The cached --target directory holding flashinfer-python 0.6.18 (installed on first use)."""
+    ROOT.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(ROOT.with_name(ROOT.name + ".lock")), timeout=900):
+        if not _installed(ROOT):
+            subprocess.run(["rm", "-rf", str(ROOT)], check=True)
+            error = _install(ROOT)
+            if error is not None:
+                message = f"could not install flashinfer-python=={VERSION} --no-deps: {error}"
+                if os.environ.get("CI") == "true":
+                    pytest.fail(message)
+                pytest.skip(message)
+    return ROOT
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("flashinfer-cutedsl")
+
+
+def _env(workdir: Path, *path: Path) -> dict[str, str]:
+    """This machine's environment with ``path`` as PYTHONPATH and fresh jitguard / FlashInfer caches."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JITGUARD_", "FLASHINFER_")) and k != "PYTHONPATH"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    env["JITGUARD_CACHE_DIR"] = str(workdir / "jitguard-cache")
+    env["FLASHINFER_WORKSPACE_BASE"] = str(workdir / "flashinfer-workspace")
+    return env
+
+
+Ran = tuple[int, str, str]  # exit status, stdout, stderr
+
+
+def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> Ran:
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+def _python(args: list[str], env: dict[str, str], cwd: Path) -> Ran:
+    return _finish(_start(args, env, cwd))
+
+
+def _result(ran: Ran) -> dict[str, Any]:
+    code, out, err = ran
+    results = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert code == 0 and results, f"exit {code}:\n{(out + err)[-6000:]}"
+    return dict(json.loads(results[-1][len("RESULT ") :]))
+
+
+def _envelope(ran: Ran) -> tuple[int, Any]:
+    code, out, err = ran
+    assert code in (0, 1), f"exit {code}:\n{(out + err)[-6000:]}"
+    assert "Traceback" not in err, err[-6000:]
+    return code, json.loads(out)
+
+
+def _doctor_args(*extra: str, flags: tuple[str, ...] = ()) -> list[str]:
+    return [*flags, "-m", "jitguard", "doctor", "--backend", "flashinfer", "--json", *extra]
+
+
+def _only(findings: list[dict[str, Any]], code: str) -> dict[str, Any]:
+    matching = [f for f in findings if f["code"] == code]
+    assert len(matching) == 1, [f["code"] for f in findings]
+    return matching[0]
+
+
+def _commands(finding: dict[str, Any]) -> list[str]:
+    return [fix["command"] for fix in finding["fixes"] if fix.get("command")]
+
+
+@pytest.fixture(scope="module")
+def report(target: Path, workdir: Path) -> dict[str, Any]:
+    return _result(_python(["-c", FACTS_SCRIPT], _env(workdir, target, SRC), workdir))
+
+
+@pytest.fixture(scope="module")
+def fake_site(workdir: Path) -> Path:
+    return _site_without_the_dsl(workdir / "site-without-dsl")
+
+
+@pytest.fixture(scope="module")
+def importing(target: Path, workdir: Path, fake_site: Path) -> dict[str, Ran]:
+    """The runs that import flashinfer (seconds each, mostly torch), started together."""
+    env = _env(workdir, target, SRC)
+    without_dsl = _env(workdir, target, SRC, fake_site)
+    started = {
+        "raw": _start(["-c", RAW_IMPORT_SCRIPT], env, workdir),
+        "load": _start(["-c", BACKEND_LOAD_SCRIPT], env, workdir),
+        "doctor": _start(_doctor_args("--deep"), env, workdir),
+        "h200": _start(["-c", H200_LOAD_SCRIPT], env, workdir),
+        "h200-without-dsl": _start(["-S", "-c", H200_LOAD_SCRIPT], without_dsl, workdir),
+    }
+    return {name: _finish(proc) for name, proc in started.items()}
+
+
+@pytest.fixture(scope="module")
+def raw_import(importing: dict[str, Ran]) -> dict[str, Any]:
+    return _result(importing["raw"])
+
+
+# ---- 1. facts and pre-flight ------------------------------------------------------------------------------
+def test_the_target_directory_shadows_the_system_flashinfer(report: dict[str, Any], target: Path) -> None:
+    assert report["metadata_version"] == VERSION
+    assert report["flashinfer_origin"] == str(target / "flashinfer" / "__init__.py")
+    assert report["flashinfer"]["package_dir"] == str(target / "flashinfer")
+
+
+def test_facts_say_cutedsl_era_with_no_nvcc_module(report: dict[str, Any]) -> None:
+    fi = report["flashinfer"]
+    assert (fi["installed"], fi["version"], fi["era"]) == (True, VERSION, "cutedsl")
+    assert fi["gdn_module"] is None
+    assert fi["gdn_tu_count"] is None
+    assert fi["prebuilt_gdn"] is None
+
+
+def test_facts_read_the_real_dsl_floor_and_find_it_met(report: dict[str, Any]) -> None:
+    from importlib import metadata
+
+    fi = report["flashinfer"]
+    assert fi["cutlass_dsl_requirement"] == DSL_FLOOR
+    assert fi["cutlass_dsl_version"] == metadata.version("nvidia-cutlass-dsl")  # the system's, 4.8.1 here
+    assert fi["cutlass_dsl_satisfied"] is True
+
+
+def test_preflight_says_every_process_compiles(report: dict[str, Any]) -> None:
+    finding = _only(report["findings"], "flashinfer-cutedsl-compiles-per-process")
+    assert finding["severity"] == "info"
+    assert finding["evidence"] == [f"flashinfer-python {VERSION} (CuTeDSL era: >= 0.6.14)"]
+
+
+def test_preflight_has_no_toolchain_findings_in_the_cutedsl_era(report: dict[str, Any]) -> None:
+    assert report["toolchain_check"] == []
+    assert [f["code"] for f in report["findings"] if f["area"] == TOOLCHAIN_AREA] == []
+
+
+def test_preflight_flashinfer_codes_are_exactly_the_era_and_torch_ones(report: dict[str, Any]) -> None:
+    # System findings (no GPU here) are the system area's business; the package and toolchain ones are these.
+    expected = {"flashinfer-cutedsl-compiles-per-process"}
+    if report["torch_flavour"] in ("cpu", "rocm"):
+        expected.add("torch-no-cuda")
+    codes = {f["code"] for f in report["findings"] if f["area"] in ("flashinfer", TOOLCHAIN_AREA)}
+    assert codes == expected  # no cutlass-dsl-missing / -too-old, no jit-cache-mismatch, no link findings
+
+
+def test_the_same_machine_in_the_nvcc_era_would_get_toolchain_findings(report: dict[str, Any]) -> None:
+    """What makes the empty toolchain result above a statement about the era, not about this machine."""
+    if not report["toolchain_check_if_nvcc_era"]:
+        pytest.skip(
+            "this machine's toolchain would build and link FlashInfer's nvcc era: no contrast to show"
+        )
+    assert set(report["toolchain_check_if_nvcc_era"]) - set(report["toolchain_check"])
+
+
+# ---- 2. the real import -----------------------------------------------------------------------------------
+def test_importing_gdn_prefill_fails_here_with_torchs_own_assertion(
+    raw_import: dict[str, Any], report: dict[str, Any]
+) -> None:
+    """Observed: a module-level torch.cuda query in gdn_kernels/gdn_decode_bf16_state.py, outside FlashInfer's
+    (ImportError, RuntimeError) guard, so it escapes and no NotImplementedError is ever reached."""
+    assert raw_import["ok"] is False
+    if report["torch_flavour"] == "cpu":
+        assert (raw_import["type"], raw_import["message"]) == (
+            "AssertionError",
+            "Torch not compiled with CUDA enabled",
+        )
+
+
+def test_doctor_deep_reports_the_original_import_error(
+    raw_import: dict[str, Any], importing: dict[str, Ran]
+) -> None:
+    code, envelope = _envelope(importing["doctor"])
+    assert code == 1
+    assert envelope["exit_code"] == 1
+    flashinfer = envelope["backends"]["flashinfer"]
+    assert flashinfer["usable"] is False
+    finding = _only(flashinfer["findings"], "flashinfer-import-broken")
+    original = f"{raw_import['type']}: {raw_import['message']}"
+    assert finding["severity"] == "error"
+    assert finding["title"] == f"Importing flashinfer.gdn_prefill fails: {raw_import['type']}"
+    assert finding["evidence"][0] == f"import flashinfer.gdn_prefill: {original}"
+    assert finding["evidence"][-1] == original  # the traceback's own last line
+    assert raw_import["message"] in finding["cause"]
+    assert "NotImplementedError" not in json.dumps(finding)
+    assert f"pip install --force-reinstall flashinfer-python=={VERSION}" in _commands(finding)
+    assert "flashinfer-cutedsl-compiles-per-process" in [f["code"] for f in flashinfer["findings"]]
+
+
+def test_the_gdn_backend_load_raises_the_original_error_and_the_resolver_keeps_it(
+    raw_import: dict[str, Any], importing: dict[str, Ran]
+) -> None:
+    loaded = _result(importing["load"])
+    assert loaded["ok"] is False
+    assert (loaded["type"], loaded["message"]) == (raw_import["type"], raw_import["message"])
+    assert loaded["finding"]["code"] == "gdn-first-use-failed"
+    assert f"{raw_import['type']}: {raw_import['message']}" in json.dumps(loaded["finding"])
+
+
+def test_on_an_h200_the_dsl_kernel_check_finds_the_real_sm90_kernel(importing: dict[str, Ran]) -> None:
+    """With the device queries answered, 0.6.18 imports with the real DSL, and _check_dsl_kernel's map of
+    capability -> FlashInfer symbol finds the SM90 kernel (a wrong map would raise '... is unavailable')."""
+    assert _result(importing["h200"]) == {"ok": True}
+
+
+def test_on_an_h200_without_the_dsl_load_raises_the_original_import_error(
+    importing: dict[str, Ran],
+) -> None:
+    loaded = _result(importing["h200-without-dsl"])
+    original = "ModuleNotFoundError: No module named 'cutlass'"
+    assert loaded["ok"] is False
+    assert f"{loaded['type']}: {loaded['message']}" == original
+    assert loaded["finding"]["code"] == "gdn-first-use-failed"
+    assert original in json.dumps(loaded["finding"])
+
+
+# ---- 3. the nvidia-cutlass-dsl floor ----------------------------------------------------------------------
+def test_an_older_dsl_is_reported_too_old_with_the_upgrade_command(
+    target: Path, workdir: Path, tmp_path: Path
+) -> None:
+    # importlib.metadata takes the first distribution on sys.path: this one, ahead of the real 4.8.1.
+    dist_info = tmp_path / "shadow" / "nvidia_cutlass_dsl-4.0.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.0.0\n")
+    env = _env(workdir, dist_info.parent, target, SRC)
+    code, envelope = _envelope(_python(_doctor_args(), env, workdir))
+
+    assert code == 1
+    fi = envelope["facts"]["flashinfer"]
+    assert (fi["cutlass_dsl_version"], fi["cutlass_dsl_satisfied"]) == ("4.0.0", False)
+    findings = envelope["backends"]["flashinfer"]["findings"]
+    finding = _only(findings, "cutlass-dsl-too-old")
+    assert finding["severity"] == "error"
+    assert finding["evidence"] == [
+        "nvidia-cutlass-dsl 4.0.0",
+        f"flashinfer-python {VERSION} requires nvidia-cutlass-dsl{DSL_FLOOR}",
+    ]
+    assert _commands(finding) == [f"pip install -U 'nvidia-cutlass-dsl{DSL_FLOOR}'"]
+    assert "cutlass-dsl-missing" not in [f["code"] for f in findings]
+
+
+def _site_without_the_dsl(directory: Path) -> Path:
+    """A directory of links to every installed package but nvidia-cutlass-dsl's (and no .pth files), to
+    stand in for site-packages under ``python -S``: this machine as if the DSL had never been installed."""
+    directory.mkdir()
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    for site_dir in map(Path, sites):
+        if not site_dir.is_dir():
+            continue
+        for entry in site_dir.iterdir():
+            hidden = entry.name.lower().startswith("nvidia_cutlass_dsl") or entry.suffix == ".pth"
+            if not hidden and not (directory / entry.name).exists():
+                (directory / entry.name).symlink_to(entry)
+    return directory
+
+
+def test_a_missing_dsl_is_reported_with_the_install_command(
+    target: Path, workdir: Path, fake_site: Path
+) -> None:
+    env = _env(workdir, target, SRC, fake_site)
+    code, envelope = _envelope(_python(_doctor_args(flags=("-S",)), env, workdir))
+
+    assert code == 1
+    fi = envelope["facts"]["flashinfer"]
+    assert (fi["version"], fi["era"], fi["cutlass_dsl_version"]) == (VERSION, "cutedsl", None)
+    findings = envelope["backends"]["flashinfer"]["findings"]
+    finding = _only(findings, "cutlass-dsl-missing")
+    assert finding["severity"] == "error"
+    assert finding["evidence"] == [
+        "importlib.metadata: no 'nvidia-cutlass-dsl' distribution",
+        f"flashinfer-python {VERSION} requires nvidia-cutlass-dsl{DSL_FLOOR}",
+    ]
+    assert _commands(finding)[0] == f"pip install 'nvidia-cutlass-dsl{DSL_FLOOR}'"
+    assert "cutlass-dsl-too-old" not in [f["code"] for f in findings]
