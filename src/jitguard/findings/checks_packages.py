@@ -60,10 +60,19 @@ def import_findings(
             error_type=probe.error_type,
             error_message=probe.error_message,
             version=version or "<version>",
-            context=context
-            or "Anything that imports it (vLLM's FlashInfer GDN path included) fails the same way.",
+            context=context or _import_context(probe),
         )
     ]
+
+
+def _import_context(probe: ImportProbe) -> str:
+    if "not compiled with CUDA" in (probe.error_message or ""):
+        # FlashInfer >= 0.6.14 queries the GPU while importing; a CPU-only torch fails there, not the install.
+        return (
+            "This torch is a CPU-only build and FlashInfer queries the GPU while importing: install a CUDA "
+            "build of torch (see torch-no-cuda); reinstalling FlashInfer will not help."
+        )
+    return "Anything that imports it (vLLM's FlashInfer GDN path included) fails the same way."
 
 
 def cuda_tag(facts: Facts) -> str:

@@ -288,3 +288,14 @@ def test_cuda_tag(tmp_path: Path, torch: str, driver: str | None, tag: str) -> N
         tmp_path, packages=with_packages(torch=torch), gpu=GpuFacts((), "x", driver, None, "none")
     )
     assert checks_packages.cuda_tag(facts) == tag
+
+
+def test_an_import_failing_on_a_cpu_only_torch_says_so_instead_of_blaming_the_install() -> None:
+    from jitguard.facts.flashinfer import ImportProbe
+    from jitguard.findings.checks_packages import import_findings
+
+    probe = ImportProbe(
+        "flashinfer.gdn_prefill", False, "AssertionError", "Torch not compiled with CUDA enabled", None, 1.0
+    )
+    (finding,) = import_findings(probe, version="0.6.18")
+    assert "CPU-only build" in finding.cause and "torch-no-cuda" in finding.cause
