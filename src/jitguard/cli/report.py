@@ -81,7 +81,16 @@ def render_doctor(
             extra = f" (warnings: {', '.join(warn)})" if warn else ""
             out.print(f"  {backend:<11}[green]usable[/]{extra}")
     if decision:
-        out.print(f"  GDN prefill with backend='auto' uses: [bold]{decision.get('backend')}[/]")
+        chosen = str(decision.get("backend"))
+        # The op never probes the torch backend (its inputs are torch tensors), but doctor has: say it plainly.
+        blocked = [f.code for f in results.get(chosen, []) if f.blocking]
+        if blocked:
+            out.print(
+                f"  GDN prefill with backend='auto': [red]no backend can run here[/] "
+                f"(the last resort, {chosen}, is blocked by {', '.join(blocked)})"
+            )
+        else:
+            out.print(f"  GDN prefill with backend='auto' uses: [bold]{chosen}[/]")
     todo = _next_steps(results)
     if todo:
         out.print()

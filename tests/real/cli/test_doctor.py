@@ -131,3 +131,29 @@ def test_compile_runs_a_real_probe_build_that_passes_once_fixed(
     )
     passed = [f for f in data["backends"]["flashinfer"]["findings"] if f["code"] == "compile-probe-passed"]
     assert passed and "built" in passed[0]["evidence"][0]
+
+
+def test_without_torch_the_verdict_says_no_gdn_backend_can_run(tmp_path: Path) -> None:
+    # A real interpreter whose sys.path hides torch (and everything else installed), jitguard itself on the path.
+    src = Path(__file__).resolve().parents[3] / "src"
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("psutil", "filelock", "elftools", "packaging", "rich", "markdown_it", "mdurl", "pygments"):
+        module = __import__(name)
+        origin = Path(module.__file__).parent  # type: ignore[arg-type]
+        (site / origin.name).symlink_to(origin)
+    env = {
+        "PYTHONPATH": f"{src}:{site}",
+        "JITGUARD_CACHE_DIR": str(tmp_path / "cache"),
+        "PATH": os.environ["PATH"],
+    }
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "jitguard", "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "torch-missing" in proc.stdout
+    assert "no backend can run here" in proc.stdout
