@@ -66,6 +66,7 @@ def test_human_report_ends_with_the_verdict_per_backend(tmp_path: Path) -> None:
     for backend in ("flashinfer", "triton", "torch"):
         assert backend in verdict
     assert "link-missing-libcuda" in verdict
+    assert "flashinfer: skipped" in verdict and "torch: chosen" in verdict  # the GDN decision trace
     assert "What to do" in proc.stdout
 
 
