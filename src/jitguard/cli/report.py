@@ -92,7 +92,9 @@ def render_doctor(
         else:
             out.print(f"  GDN prefill with backend='auto' uses: [bold]{chosen}[/]")
         for entry in decision.get("trace") or ():
-            out.print(f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})")
+            out.print(
+                f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
+            )
     todo = _next_steps(results)
     if todo:
         out.print()
