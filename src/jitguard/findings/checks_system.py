@@ -18,7 +18,7 @@ from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_packages import cuda_tag
-from jitguard.findings.model import Finding
+from jitguard.findings.model import Finding, Severity
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -286,38 +286,88 @@ def _workspace(facts: Facts) -> list[Finding]:
     entry = facts.disk.get(fi.workspace_dir)
     if entry is None:
         return []
-    purpose = f"FlashInfer's JIT workspace ({fi.workspace_dir})"
-    relocate: dict[str, Any] = {
-        "relocate_text": "Or point FlashInfer's workspace at a directory of your own:",
-        "relocate_command": "export FLASHINFER_WORKSPACE_BASE=/path/with/space",
-    }
+    return _directory(
+        entry,
+        backend="flashinfer",
+        purpose=f"FlashInfer's JIT workspace ({fi.workspace_dir})",
+        unwritable_severity=None,
+        consequence="`import flashinfer` creates it and fails otherwise; builds cannot write their output.",
+        min_free=WORKSPACE_MIN_FREE if _needs_nvcc_build(facts) else None,
+        low_purpose=f"The build of {fi.gdn_module}",
+        loader="FlashInfer",
+        relocate={
+            "relocate_text": "Or point FlashInfer's workspace at a directory of your own:",
+            "relocate_command": "export FLASHINFER_WORKSPACE_BASE=/path/with/space",
+        },
+    )
+
+
+def _own_cache(facts: Facts) -> list[Finding]:
+    workspace = str(facts.flashinfer.workspace_dir)
+    found = []
+    for entry in facts.disk.paths:
+        if entry.path == workspace:
+            continue
+        found += _directory(
+            entry,
+            backend="any",
+            purpose=f"jitguard's cache dir ({entry.path})",
+            unwritable_severity="warning",
+            consequence="Build failures are not remembered, and build logs and compile slots fall back to a "
+            "temporary directory.",
+            min_free=CACHE_MIN_FREE,
+            low_purpose="jitguard's cache (failure records, build logs)",
+            loader="jitguard's build hook",
+            relocate={
+                "relocate_text": "Or move jitguard's cache dir:",
+                "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
+            },
+        )
+    return found
+
+
+def _directory(
+    entry: PathFacts,
+    *,
+    backend: str,
+    purpose: str,
+    unwritable_severity: Severity | None,
+    consequence: str,
+    min_free: int | None,
+    low_purpose: str,
+    loader: str,
+    relocate: dict[str, Any],
+) -> list[Finding]:
+    """The findings about one directory something writes to: unwritable, low on space (``min_free``; None to
+    skip), or writable by other users (whose files ``loader`` would then load)."""
+    evidence = _disk_evidence(entry)
     found = []
     if not entry.writable:
         found.append(
             make(
                 "cache-dir-unwritable",
-                backend="flashinfer",
-                evidence=_disk_evidence(entry),
+                backend=backend,
+                severity=unwritable_severity,
+                evidence=evidence,
                 path=entry.path,
                 purpose=purpose,
                 uid=os.geteuid(),
                 error=entry.error or "not writable",
-                consequence="`import flashinfer` creates it and fails otherwise; builds cannot write their "
-                "output.",
+                consequence=consequence,
                 **relocate,
             )
         )
-    if _needs_nvcc_build(facts) and entry.free_bytes is not None and entry.free_bytes < WORKSPACE_MIN_FREE:
+    elif min_free is not None and entry.free_bytes is not None and entry.free_bytes < min_free:
         found.append(
             make(
                 "disk-low",
-                backend="flashinfer",
-                evidence=_disk_evidence(entry),
+                backend=backend,
+                evidence=evidence,
                 path=entry.path,
                 existing=entry.existing,
                 free=format_bytes(entry.free_bytes),
-                need=format_bytes(WORKSPACE_MIN_FREE),
-                purpose=f"The build of {fi.gdn_module}",
+                need=format_bytes(min_free),
+                purpose=low_purpose,
                 **relocate,
             )
         )
@@ -325,74 +375,16 @@ def _workspace(facts: Facts) -> list[Finding]:
         found.append(
             make(
                 "cache-dir-shared-writable",
-                backend="flashinfer",
-                evidence=_disk_evidence(entry),
+                backend=backend,
+                evidence=evidence,
                 path=entry.path,
                 existing=entry.existing,
                 purpose=purpose,
                 reasons="; ".join(f"{entry.existing}: {r}" for r in entry.others_can_write),
-                loader="FlashInfer",
+                loader=loader,
                 **relocate,
             )
         )
-    return found
-
-
-def _own_cache(facts: Facts) -> list[Finding]:
-    workspace = str(facts.flashinfer.workspace_dir)
-    relocate: dict[str, Any] = {
-        "relocate_text": "Or move jitguard's cache dir:",
-        "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
-    }
-    found = []
-    for entry in facts.disk.paths:
-        if entry.path == workspace:
-            continue
-        purpose = f"jitguard's cache dir ({entry.path})"
-        if not entry.writable:
-            found.append(
-                make(
-                    "cache-dir-unwritable",
-                    backend="any",
-                    severity="warning",
-                    evidence=_disk_evidence(entry),
-                    path=entry.path,
-                    purpose=purpose,
-                    uid=os.geteuid(),
-                    error=entry.error or "not writable",
-                    consequence="Build failures are not remembered, and build logs and compile slots fall "
-                    "back to a temporary directory.",
-                    **relocate,
-                )
-            )
-        elif entry.free_bytes is not None and entry.free_bytes < CACHE_MIN_FREE:
-            found.append(
-                make(
-                    "disk-low",
-                    backend="any",
-                    evidence=_disk_evidence(entry),
-                    path=entry.path,
-                    existing=entry.existing,
-                    free=format_bytes(entry.free_bytes),
-                    need=format_bytes(CACHE_MIN_FREE),
-                    purpose="jitguard's cache (failure records, build logs)",
-                    **relocate,
-                )
-            )
-        if entry.shared_writable:
-            found.append(
-                make(
-                    "cache-dir-shared-writable",
-                    backend="any",
-                    evidence=_disk_evidence(entry),
-                    path=entry.path,
-                    existing=entry.existing,
-                    purpose=purpose,
-                    reasons="; ".join(f"{entry.existing}: {r}" for r in entry.others_can_write),
-                    loader="jitguard's build hook",
-                    **relocate,
-                )
-            )
     return found
 
 
