@@ -150,6 +150,24 @@ def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
 # -- the public entry point --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Build:
+    """What every step of one build needs: decided once in ``run_ninja``, read by the attempts."""
+
+    module: str
+    build_dir: Path
+    ninja_file: Path
+    ninja: str
+    plan: _Plan
+    options: BuildOptions
+    slots_dir: Path
+    log: IO[bytes]
+    log_path: Path
+    cache_dir: Path
+    reporter: Reporter
+    started: float
+
+
 def default_log_path(cache_dir: Path, module: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in module)[:80] or "build"
@@ -209,144 +227,96 @@ def run_ninja(
         reporter = make_reporter(options.progress, interval=options.progress_interval)
         try:
             return _build(
-                module=module,
-                build_dir=build_dir,
-                ninja_file=ninja_file,
-                ninja=ninja,
-                plan=plan,
-                options=options,
-                slots_dir=slots_dir,
-                log=log,
-                log_path=log_path,
-                cache_dir=cache_dir,
-                reporter=reporter,
-                started=started,
+                _Build(
+                    module=module,
+                    build_dir=build_dir,
+                    ninja_file=ninja_file,
+                    ninja=ninja,
+                    plan=plan,
+                    options=options,
+                    slots_dir=slots_dir,
+                    log=log,
+                    log_path=log_path,
+                    cache_dir=cache_dir,
+                    reporter=reporter,
+                    started=started,
+                )
             )
         finally:
             reporter.close()
 
 
-def _build(
-    *,
-    module: str,
-    build_dir: Path,
-    ninja_file: Path,
-    ninja: str,
-    plan: _Plan,
-    options: BuildOptions,
-    slots_dir: Path,
-    log: IO[bytes],
-    log_path: Path,
-    cache_dir: Path,
-    reporter: Reporter,
-    started: float,
-) -> BuildResult:
-    wrapped = log_path.with_name(log_path.name + ".ninja")
-    manifest.write_wrapped(ninja_file, wrapped, manifest.launcher_prefix())
+def _build(b: _Build) -> BuildResult:
+    wrapped = b.log_path.with_name(b.log_path.name + ".ninja")
+    manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
     # ninja's log hashes command lines: keep plain-ninja objects and ours valid for both manifests.
-    record = ninja_log.log_path(build_dir, ninja_file)
-    original = ninja_log.compdb(ninja, build_dir, ninja_file)
-    ours = ninja_log.compdb(ninja, build_dir, wrapped)
+    record = ninja_log.log_path(b.build_dir, b.ninja_file)
+    original = ninja_log.compdb(b.ninja, b.build_dir, b.ninja_file)
+    ours = ninja_log.compdb(b.ninja, b.build_dir, wrapped)
     ninja_log.translate(record, original, ours)
     try:
-        return _attempts(
-            module=module,
-            build_dir=build_dir,
-            ninja_file=ninja_file,
-            ninja=ninja,
-            plan=plan,
-            options=options,
-            slots_dir=slots_dir,
-            log=log,
-            log_path=log_path,
-            cache_dir=cache_dir,
-            reporter=reporter,
-            started=started,
-            wrapped=wrapped,
-        )
+        return _attempts(b, wrapped)
     finally:
         if ninja_log.translate(record, ours, original):
-            _note(log, f"recorded the finished objects for plain ninja too ({record})")
+            _note(b.log, f"recorded the finished objects for plain ninja too ({record})")
 
 
-def _attempts(
-    *,
-    module: str,
-    build_dir: Path,
-    ninja_file: Path,
-    ninja: str,
-    plan: _Plan,
-    options: BuildOptions,
-    slots_dir: Path,
-    log: IO[bytes],
-    log_path: Path,
-    cache_dir: Path,
-    reporter: Reporter,
-    started: float,
-    wrapped: Path,
-) -> BuildResult:
-    deadline = started + options.timeout
-    jobs = plan.jobs
+def _attempts(b: _Build, wrapped: Path) -> BuildResult:
+    deadline = b.started + b.options.timeout
+    jobs = b.plan.jobs
     peak_rss = 0
     peak_job = 0
     counters = OomCounters()
     counters.watch("self")
     attempt_no = 0
-    reporter.message(f"jitguard: building {module} with {jobs} job{'s' if jobs != 1 else ''} ({plan.reason})")
+    b.reporter.message(
+        f"jitguard: building {b.module} with {jobs} job{'s' if jobs != 1 else ''} ({b.plan.reason})"
+    )
     while True:
         attempt_no += 1
         counters.reset()
         attempt = _run_attempt(
-            ninja=ninja,
-            build_dir=build_dir,
-            wrapped=wrapped,
-            slots_dir=slots_dir,
-            jobs=jobs,
-            attempt_no=attempt_no,
-            module=module,
-            options=options,
-            deadline=deadline,
-            log=log,
-            reporter=reporter,
-            counters=counters,
+            b, wrapped=wrapped, jobs=jobs, attempt_no=attempt_no, deadline=deadline, counters=counters
         )
         peak_rss = max(peak_rss, attempt.peak_rss)
         peak_job = max(peak_job, attempt.peak_job_rss)
         if attempt.ended == "done" and attempt.returncode == 0:
-            wall = time.monotonic() - started
+            wall = time.monotonic() - b.started
             if attempt_no == 1 and any("ninja: no work to do" in line for line in attempt.text):
-                return BuildResult(module, log_path, jobs, 0, wall, 0, plan.budget_bytes, plan.job_memory)
-            _note(log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
-            reporter.message(
-                f"jitguard: built {module} in {wall:.0f} s (attempt {attempt_no}, "
+                return BuildResult(
+                    b.module, b.log_path, jobs, 0, wall, 0, b.plan.budget_bytes, b.plan.job_memory
+                )
+            _note(b.log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
+            b.reporter.message(
+                f"jitguard: built {b.module} in {wall:.0f} s (attempt {attempt_no}, "
                 f"{jobs} jobs, peak memory {format_bytes(peak_rss)})"
             )
-            _learn(cache_dir, module, peak_job)
+            _learn(b.cache_dir, b.module, peak_job)
             return BuildResult(
-                module,
-                log_path,
+                b.module,
+                b.log_path,
                 jobs,
                 attempt_no,
                 wall,
                 peak_rss,
-                plan.budget_bytes,
-                plan.job_memory,
+                b.plan.budget_bytes,
+                b.plan.job_memory,
                 peak_job,
-                plan.reason,
+                b.plan.reason,
             )
         if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
             jobs = max(1, jobs // 2)
             message = (
-                f"a compile job of {module} was killed for lack of memory "
+                f"a compile job of {b.module} was killed for lack of memory "
                 f"({attempt.oom_evidence[0]}); retrying with {jobs} job{'s' if jobs != 1 else ''} "
                 "(finished objects are kept)"
             )
-            _note(log, message)
-            reporter.message(f"jitguard: {message}")
+            _note(b.log, message)
+            b.reporter.message(f"jitguard: {message}")
             continue
-        _note(log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
-        findings, detail = _diagnose(attempt, module=module, options=options, log_path=log_path)
-        raise BuildFailed(module, findings, str(log_path), detail)
+        _note(b.log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
+        findings, detail = _diagnose(attempt, module=b.module, options=b.options, log_path=b.log_path)
+        raise BuildFailed(b.module, findings, str(b.log_path), detail)
 
 
 def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
@@ -391,31 +361,25 @@ def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> 
 
 
 def _run_attempt(
+    b: _Build,
     *,
-    ninja: str,
-    build_dir: Path,
     wrapped: Path,
-    slots_dir: Path,
     jobs: int,
     attempt_no: int,
-    module: str,
-    options: BuildOptions,
     deadline: float,
-    log: IO[bytes],
-    reporter: Reporter,
     counters: OomCounters,
 ) -> _Attempt:
-    argv = [ninja, "-C", str(build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
-    _note(log, f"attempt {attempt_no}: {' '.join(argv)}")
+    argv = [b.ninja, "-C", str(b.build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
+    _note(b.log, f"attempt {attempt_no}: {' '.join(argv)}")
     env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
-    env[launcher.SLOTS_DIR_ENV] = str(slots_dir)
+    env[launcher.SLOTS_DIR_ENV] = str(b.slots_dir)
     env[launcher.SLOT_COUNT_ENV] = str(jobs)
     attempt = _Attempt(jobs=jobs)
-    progress = BuildProgress(module=module, jobs=jobs, attempt=attempt_no)
+    progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no)
     tree = process_tree.ProcessTree.start(argv, env=env)
     assert tree.popen.stdout is not None
     lines: queue.Queue[str | None] = queue.Queue()
-    pump = threading.Thread(target=_pump, args=(tree.popen.stdout, log, lines), daemon=True)
+    pump = threading.Thread(target=_pump, args=(tree.popen.stdout, b.log, lines), daemon=True)
     pump.start()
     last_activity = time.monotonic()
     last_cpu: float | None = None
@@ -460,23 +424,23 @@ def _run_attempt(
             if now >= deadline:
                 attempt.ended = "timeout"
                 break
-            if now - last_activity >= options.stall_timeout:
-                if _waiting_for_foreign_slot(tree, slots_dir):
+            if now - last_activity >= b.options.stall_timeout:
+                if _waiting_for_foreign_slot(tree, b.slots_dir):
                     progress.waiting_for_slot = True
                     last_activity = now
                 else:
                     attempt.ended = "stalled"
                     break
-            reporter.update(progress)
+            b.reporter.update(progress)
         if attempt.ended != "done":
             # ninja names a command only when it finishes: say in the log what was running when we stopped.
             attempt.still_running = _running_commands(tree)
             for command in attempt.still_running:
-                _note(log, f"still running when stopped ({attempt.ended}): {command}")
+                _note(b.log, f"still running when stopped ({attempt.ended}): {command}")
     except KeyboardInterrupt:
         tree.kill()
-        _note(log, "interrupted (KeyboardInterrupt): every process of the build was stopped")
-        raise KeyboardInterrupt(f"build of {module} interrupted; full log: {log.name}") from None
+        _note(b.log, "interrupted (KeyboardInterrupt): every process of the build was stopped")
+        raise KeyboardInterrupt(f"build of {b.module} interrupted; full log: {b.log.name}") from None
     finally:
         if attempt.ended != "done":
             tree.kill()
@@ -492,7 +456,7 @@ def _run_attempt(
             if line is not None:
                 attempt.text.append(line)
                 progress.feed(line)
-        reporter.update(progress)
+        b.reporter.update(progress)
     if attempt.ended == "done" and attempt.returncode != 0:
         attempt.oom_evidence = _oom_evidence(attempt, counters)
     return attempt
