@@ -54,3 +54,15 @@ def stub_libcuda_builder() -> Callable[..., Path]:
     """``build_stub_libcuda`` for tests and wider-scoped fixtures that need a stub elsewhere or in another
     layout (a test module cannot import it: every test folder's conftest is named ``conftest``)."""
     return build_stub_libcuda
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty directory first on sys.path, for made-up distributions (tests/fake_dists.py)."""
+    import importlib
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    return site

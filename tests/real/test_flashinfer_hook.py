@@ -7,10 +7,8 @@ with FlashInfer's own ``gen_jit_spec``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,28 +17,12 @@ from typing import Any
 
 import pytest
 
+from flashinfer_066 import NEEDS_FLASHINFER_066
 from jitguard.state.failure_cache import FailureCache
 
 SCENARIOS = Path(__file__).with_name("flashinfer_hook_scenarios.py")
 
-
-def _flashinfer_version() -> str | None:
-    try:
-        return importlib.metadata.version("flashinfer-python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (_flashinfer_version() or "").startswith("0.6.6"),
-        reason=f"needs flashinfer-python 0.6.6 (nvcc-era GDN), found {_flashinfer_version()}",
-    ),
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None or shutil.which("ninja") is None, reason="needs nvcc and ninja"
-    ),
-]
+pytestmark = NEEDS_FLASHINFER_066
 
 
 def _env(root: Path, **extra: str) -> dict[str, str]:

@@ -7,10 +7,8 @@ runner, and that nothing of it is left running afterwards.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,24 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
+from flashinfer_066 import NEEDS_FLASHINFER_066
 
-def _flashinfer_version() -> str | None:
-    try:
-        return importlib.metadata.version("flashinfer-python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (_flashinfer_version() or "").startswith("0.6.6"),
-        reason=f"needs flashinfer-python 0.6.6 (nvcc-era GDN), found {_flashinfer_version()}",
-    ),
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None or shutil.which("ninja") is None, reason="needs nvcc and ninja"
-    ),
-]
+pytestmark = NEEDS_FLASHINFER_066
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_dists import make_dist
 from jitguard.facts import flashinfer, packages
 
 
@@ -29,27 +30,6 @@ def fi_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         {"FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"), **extra}
     )
     return env
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    site = tmp_path / "site"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    return site
-
-
-def make_dist(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {name}",
-        f"Version: {version}",
-        *(f"Requires-Dist: {r}" for r in requires),
-    ]
-    (info / "METADATA").write_text("\n".join(lines) + "\n")
 
 
 def make_jit_cache(site: Path, version: str, *, with_gdn: bool = True) -> Path:

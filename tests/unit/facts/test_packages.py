@@ -12,26 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fake_dists import make_dist
 from jitguard.facts import packages
-
-
-def make_dist(site: Path, name: str, version: str | None, requires: tuple[str, ...] = ()) -> None:
-    info = site / f"{name.replace('-', '_')}-{version or '0'}.dist-info"
-    info.mkdir(parents=True)
-    lines = ["Metadata-Version: 2.1", f"Name: {name}"]
-    if version is not None:
-        lines.append(f"Version: {version}")
-    lines += [f"Requires-Dist: {r}" for r in requires]
-    (info / "METADATA").write_text("\n".join(lines) + "\n")
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    site = tmp_path / "site"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    return site
 
 
 def test_real_installed_versions_match_importlib_metadata() -> None:

@@ -4,19 +4,18 @@ package directories in a temporary site directory) for the versions this machine
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fake_dists import make_dist
+from finding_asserts import assert_filled, codes, only
 from jitguard.facts import Facts, disk, environment, flashinfer, gpu, memory, packages
 from jitguard.facts.gpu import GpuFacts
 from jitguard.facts.packages import PackageFacts, PackageInfo
 from jitguard.findings import checks_packages
-from jitguard.findings.model import Finding
 
 FI_VERSION = packages.probe().version("flashinfer-python")
 needs_flashinfer = pytest.mark.skipif(FI_VERSION is None, reason="flashinfer-python is not installed")
@@ -56,27 +55,6 @@ def with_packages(**versions: str | None) -> PackageFacts:
     return PackageFacts(tuple(installed), missing)
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    site = tmp_path / "site"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    return site
-
-
-def make_dist(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {name}",
-        f"Version: {version}",
-        *(f"Requires-Dist: {r}" for r in requires),
-    ]
-    (info / "METADATA").write_text("\n".join(lines) + "\n")
-
-
 def make_jit_cache(site: Path, version: str) -> Path:
     make_dist(site, "flashinfer-jit-cache", version)
     pkg = site / "flashinfer_jit_cache"
@@ -86,25 +64,6 @@ def make_jit_cache(site: Path, version: str) -> Path:
     (pkg / "_build_meta.py").write_text(f'__version__ = "{version}"\n')
     (pkg / "__init__.py").write_text("from ._build_meta import __version__\n")
     return so
-
-
-def codes(found: list[Finding]) -> list[str]:
-    return sorted(f.code for f in found)
-
-
-def only(found: list[Finding], code: str) -> Finding:
-    matching = [f for f in found if f.code == code]
-    assert len(matching) == 1, codes(found)
-    return matching[0]
-
-
-def assert_filled(finding: Finding) -> None:
-    texts = (
-        [finding.title, finding.cause]
-        + [f.text for f in finding.fixes]
-        + [f.command or "" for f in finding.fixes]
-    )
-    assert [t for t in texts if re.search(r"\{[a-z_]+\}", t)] == [], finding.code
 
 
 # --- this machine

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from finding_asserts import assert_filled, codes, only
 from jitguard.facts import Facts, disk, environment, flashinfer, gpu, memory, packages
 from jitguard.facts.gpu import GpuDevice, GpuFacts
 from jitguard.facts.memory import CgroupLevel, MemoryFacts
 from jitguard.facts.packages import PackageFacts, PackageInfo
 from jitguard.findings import checks_system
-from jitguard.findings.model import Finding
 
 GIB = 1024**3
 FI_VERSION = packages.probe().version("flashinfer-python")
@@ -67,27 +67,6 @@ def host(*, avail_gib: float, cpus: int, limit_gib: float | None = None) -> Memo
     return MemoryFacts(
         int(avail_gib * GIB) + GIB, int(avail_gib * GIB), "v2", "/sys/fs/cgroup/ctr", levels, 0, cpus, None
     )
-
-
-def codes(found: list[Finding]) -> list[str]:
-    return sorted(f.code for f in found)
-
-
-def only(found: list[Finding], code: str) -> Finding:
-    matching = [f for f in found if f.code == code]
-    assert len(matching) == 1, codes(found)
-    return matching[0]
-
-
-def assert_filled(finding: Finding) -> None:
-    """Every {param} of the catalog templates was filled in."""
-    texts = (
-        [finding.title, finding.cause]
-        + [f.text for f in finding.fixes]
-        + [f.command or "" for f in finding.fixes]
-    )
-    leftovers = [t for t in texts if re.search(r"\{[a-z_]+\}", t)]
-    assert leftovers == [], finding.code
 
 
 # --- GPU
