@@ -55,20 +55,9 @@ def make(lengths: tuple[int, ...], seed: int = 0) -> Any:
 
 
 def jitguard_call(backend: str) -> Any:
-    from jitguard.gdn import chunk_gated_delta_rule
 
     def call(x: Any) -> Any:
-        return chunk_gated_delta_rule(
-            x.q,
-            x.k,
-            x.v,
-            x.g,
-            x.beta,
-            cu_seqlens=x.cu_seqlens,
-            initial_state=x.initial_state,
-            output_final_state=True,
-            backend=backend,
-        )
+        return x.run(backend=backend)
 
     return call
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 
-from jitguard.gdn import chunk_gated_delta_rule
 from jitguard.gdn.convention import CallSpec
 from jitguard.gdn.reference import recurrent_gated_delta_rule
 from jitguard.gdn.shapes import GdnInputs, make_inputs
@@ -60,18 +59,7 @@ def reference(x: GdnInputs, l2: bool) -> tuple[torch.Tensor, torch.Tensor]:
 
 def run(x: GdnInputs, backend: str, *, l2: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     poison_allocator()
-    o, state = chunk_gated_delta_rule(
-        x.q,
-        x.k,
-        x.v,
-        x.g,
-        x.beta,
-        cu_seqlens=x.cu_seqlens,
-        initial_state=x.initial_state,
-        output_final_state=True,
-        use_qk_l2norm=l2,
-        backend=backend,
-    )
+    o, state = x.run(backend=backend, use_qk_l2norm=l2)
     torch.cuda.synchronize()
     assert state is not None
     return o, state

@@ -81,7 +81,6 @@ def execute_run(args: argparse.Namespace) -> int:
     import torch
 
     from jitguard.errors import UsageError
-    from jitguard.gdn import chunk_gated_delta_rule
     from jitguard.gdn.resolve import dispatcher
     from jitguard.gdn.shapes import SHAPES, inputs_for
 
@@ -99,17 +98,7 @@ def execute_run(args: argparse.Namespace) -> int:
     x = inputs_for(shape, dtype=dtype, device=device, seed=args.seed, with_state=not args.no_state)
 
     def call() -> tuple[Any, Any]:
-        return chunk_gated_delta_rule(
-            x.q,
-            x.k,
-            x.v,
-            x.g,
-            x.beta,
-            cu_seqlens=x.cu_seqlens,
-            initial_state=x.initial_state,
-            output_final_state=True,
-            backend=args.backend,
-        )
+        return x.run(backend=args.backend)
 
     started = time.perf_counter()
     o, state = call()

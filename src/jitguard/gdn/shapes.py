@@ -57,6 +57,25 @@ class GdnInputs:
     cu_seqlens: torch.Tensor
     initial_state: torch.Tensor | None
 
+    def run(self, *, backend: str = "auto", use_qk_l2norm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The public op on these inputs, final state returned."""
+        from jitguard.gdn.api import chunk_gated_delta_rule
+
+        o, state = chunk_gated_delta_rule(
+            self.q,
+            self.k,
+            self.v,
+            self.g,
+            self.beta,
+            cu_seqlens=self.cu_seqlens,
+            initial_state=self.initial_state,
+            output_final_state=True,
+            use_qk_l2norm=use_qk_l2norm,
+            backend=backend,
+        )
+        assert state is not None  # output_final_state=True
+        return o, state
+
 
 def make_inputs(
     lengths: tuple[int, ...] | list[int],

@@ -18,18 +18,7 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 def run_both(
     x: GdnInputs, *, l2: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    o, state = chunk_gated_delta_rule(
-        x.q,
-        x.k,
-        x.v,
-        x.g,
-        x.beta,
-        cu_seqlens=x.cu_seqlens,
-        initial_state=x.initial_state,
-        output_final_state=True,
-        use_qk_l2norm=l2,
-        backend="torch",
-    )
+    o, state = x.run(backend="torch", use_qk_l2norm=l2)
     ro, rstate = recurrent_gated_delta_rule(
         x.q, x.k, x.v, x.g, x.beta, cu_seqlens=x.cu_seqlens, initial_state=x.initial_state, use_qk_l2norm=l2
     )
