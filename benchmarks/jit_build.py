@@ -4,7 +4,7 @@ One configuration per invocation (a full build takes minutes), each a cold build
 one row to ``<out>/jit_build.jsonl`` and rewriting ``<out>/jit_build.md`` from all rows:
 
     stock    FlashInfer's own generated build.ninja with plain ``ninja -v`` and MAX_JOBS unset (ninja's -j)
-    default  the same build through ``jitguard.build.runner.run_ninja`` with the default budget
+    default  the same build through ``jitguard.supervise.runner.run_ninja`` with the default budget
     32g      the same with ``--memory-budget 32G``
     ranks4   4 processes start at once on a cold module through jitguard's FlashInfer hook: one builds, the
              others wait visibly (skipped with a note when the hook is not installed)
@@ -194,9 +194,9 @@ def _ninja_default_jobs() -> int:
 def run_jitguard(
     build_dir: Path, manifest: Path, budget: str | None, time_box: float, cache: Path
 ) -> dict[str, Any]:
-    from jitguard.build.runner import BuildOptions, run_ninja
     from jitguard.config import parse_memory_spec
     from jitguard.errors import BuildFailed
+    from jitguard.supervise.runner import BuildOptions, run_ninja
 
     options = BuildOptions(
         memory_budget=parse_memory_spec(budget) if budget else None,
@@ -236,7 +236,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream
 import jitguard
 assert jitguard.install(), "jitguard's FlashInfer hook did not install"
 from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
-from jitguard.build.flashinfer_build import build_spec
+from jitguard.supervise.flashinfer_build import build_spec
 spec = gen_gdn_prefill_sm90_module()
 built = build_spec(spec, load=None)  # the hook's engine; loading needs no GPU work to measure the build
 print(json.dumps({"rank": int(sys.argv[1]), "status": built.status, "waited_s": round(built.waited_s, 1),
@@ -246,8 +246,8 @@ print(json.dumps({"rank": int(sys.argv[1]), "status": built.status, "waited_s": 
 
 def run_ranks(build_dir: Path, manifest: Path, ranks: int, time_box: float, cache: Path) -> dict[str, Any]:
     try:
-        import jitguard.build.flashinfer_build
-        import jitguard.build.flashinfer_hook  # noqa: F401
+        import jitguard.integrations.flashinfer
+        import jitguard.supervise.flashinfer_build  # noqa: F401
     except ImportError as exc:
         return {"status": f"skipped: jitguard's FlashInfer hook is not available ({exc})"}
     if manifest.name != "build.ninja":

@@ -20,7 +20,7 @@ def install() -> bool:
 
     Returns True when the hook is active after the call.
     """
-    from jitguard.build.flashinfer_hook import install as _install
+    from jitguard.integrations.flashinfer import install as _install
 
     return _install()
 

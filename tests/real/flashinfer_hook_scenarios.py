@@ -66,7 +66,7 @@ def eager_install() -> dict[str, Any]:
     from flashinfer.jit import core
 
     import jitguard
-    from jitguard.build import flashinfer_hook
+    from jitguard.integrations import flashinfer as flashinfer_hook
 
     original = core.JitSpec.build_and_load
     out: dict[str, Any] = {"install": jitguard.install(), "patched": _patched()}
@@ -80,7 +80,7 @@ def eager_install() -> dict[str, Any]:
 def disabled() -> dict[str, Any]:
     """JITGUARD_DISABLE=1: install() is a no-op; flashinfer stays stock."""
     import jitguard
-    from jitguard.build import flashinfer_hook
+    from jitguard.integrations import flashinfer as flashinfer_hook
 
     out: dict[str, Any] = {"install": jitguard.install()}
     out["finder_installed"] = any(type(f).__name__ == "_CoreImportHook" for f in sys.meta_path)
@@ -99,8 +99,8 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     jitguard.install()
     from flashinfer.jit import core, gdn
 
-    from jitguard.build.flashinfer_build import build_spec, check_before_build, facts_for
     from jitguard.state.failure_cache import FailureCache
+    from jitguard.supervise.flashinfer_build import build_spec, check_before_build, facts_for
 
     cache = FailureCache(Path(os.environ["JITGUARD_CACHE_DIR"]))
     facts = facts_for(dict(os.environ))

@@ -153,7 +153,7 @@ def test_hooked_build_and_load_builds_through_the_runner_checks_and_loads(
     assert stubbed["tiny_again"] == {"status": "up-to-date", "loaded": "Module"}
     assert stubbed["sidecars"] == [], "the lock holder must remove its sidecar"
     logs = [p.read_text() for p in (root / "cache" / "logs").glob("jitguard_test_tiny-*.log")]
-    assert any("[2/2]" in text and "jitguard.build.launcher" in text for text in logs), logs
+    assert any("[2/2]" in text and "jitguard.supervise.launcher" in text for text in logs), logs
 
 
 def test_flashinfer_own_build_path_runs_ninja_through_the_runner(stubbed: dict[str, Any]) -> None:

@@ -104,8 +104,8 @@ def _ninja_file(path: str) -> Path:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from jitguard.build.runner import BuildOptions
     from jitguard.config import Settings, parse_duration, parse_memory_spec, parse_size
+    from jitguard.supervise.runner import BuildOptions
 
     settings = Settings.from_env()
     jobs: int | None = None
@@ -135,8 +135,8 @@ def _options(args: argparse.Namespace) -> Any:
 def execute(args: argparse.Namespace) -> int:
     import logging
 
-    from jitguard.build.runner import run_ninja
     from jitguard.errors import BuildFailed
+    from jitguard.supervise.runner import run_ninja
 
     ninja_file = _ninja_file(args.path)
     options = _options(args)
@@ -146,7 +146,7 @@ def execute(args: argparse.Namespace) -> int:
         # Progress lines go through logging; the CLI is the one place that decides where they appear.
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        logger = logging.getLogger("jitguard.build")
+        logger = logging.getLogger("jitguard.supervise")
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
     started = time.monotonic()

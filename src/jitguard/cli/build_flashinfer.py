@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from jitguard.build.flashinfer_build import BuiltModule
-    from jitguard.build.runner import BuildOptions
     from jitguard.findings.model import Finding
+    from jitguard.supervise.flashinfer_build import BuiltModule
+    from jitguard.supervise.runner import BuildOptions
 
 COMMAND = "build.flashinfer-gdn"
 GDN_ARCH = "9.0a"  # the nvcc-era module is compiled for sm_90a only
@@ -108,8 +108,8 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
-    from jitguard.build.runner import BuildOptions
     from jitguard.config import Settings, parse_duration, parse_memory_spec
+    from jitguard.supervise.runner import BuildOptions
 
     settings = Settings.from_env(env)
     jobs: int | None = None
@@ -132,11 +132,11 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
 
 def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
-    from jitguard.build.flashinfer_build import build_spec, check_before_build, facts_for
     from jitguard.config import Settings
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
     from jitguard.findings.catalog import make
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
+    from jitguard.supervise.flashinfer_build import build_spec, check_before_build, facts_for
 
     facts = facts_for(env)
     fi = facts.flashinfer

@@ -91,8 +91,8 @@ def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
 
 
 def _compile_probe(facts: Facts, settings: Settings) -> list[Finding]:
-    from jitguard.build.probe_module import run_probe
-    from jitguard.build.runner import BuildOptions
+    from jitguard.supervise.probe_module import run_probe
+    from jitguard.supervise.runner import BuildOptions
 
     options = BuildOptions.from_settings(settings, backend="flashinfer", progress="none", timeout=600.0)
     return list(run_probe(facts, options).findings)

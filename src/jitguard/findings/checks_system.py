@@ -11,9 +11,9 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from jitguard.build.budget import ninja_default_jobs, plan_jobs
 from jitguard.config import MemorySpec, format_bytes, parse_memory_spec, parse_size
 from jitguard.errors import ConfigError
+from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
 from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
 from jitguard.findings.catalog import make

@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.errors import BackendUnavailable
-from jitguard.import_hooks import PostImportHook
+from jitguard.integrations.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
     from jitguard.findings.model import Finding
@@ -383,7 +383,7 @@ def _register(status: StatusProvider | None) -> bool:
 
 def unregister() -> None:
     """Undo ``register()`` in this process: vLLM's functions back, the import hook gone (tests; a process that
-    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.build.flashinfer_hook``)."""
+    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer``)."""
     global _hook
     with _lock:
         if _hook is not None:

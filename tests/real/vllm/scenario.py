@@ -173,7 +173,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("build_hook"):
         import flashinfer.jit.core  # what the first FlashInfer JIT build in the engine imports
 
-        from jitguard.build import flashinfer_hook
+        from jitguard.integrations import flashinfer as flashinfer_hook
 
         result["build_hook_active"] = flashinfer_hook.is_active()
     if result["status_calls"]:

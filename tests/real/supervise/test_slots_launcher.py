@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from jitguard.build import slots
-from jitguard.build.launcher import KILLED_MARKER, SLOT_COUNT_ENV, SLOTS_DIR_ENV
+from jitguard.supervise import slots
+from jitguard.supervise.launcher import KILLED_MARKER, SLOT_COUNT_ENV, SLOTS_DIR_ENV
 
 
 def test_slots_are_taken_lowest_first_and_run_out(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_a_slot_held_by_a_killed_process_is_free_at_once(tmp_path: Path) -> None
         [
             sys.executable,
             "-c",
-            f"from jitguard.build import slots; s = slots.acquire({str(tmp_path)!r}, 1); "
+            f"from jitguard.supervise import slots; s = slots.acquire({str(tmp_path)!r}, 1); "
             "print(s.index, flush=True); import time; time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -46,7 +46,7 @@ def test_a_slot_held_by_a_killed_process_is_free_at_once(tmp_path: Path) -> None
 
 def _launch(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, **{SLOTS_DIR_ENV: str(tmp_path / "slots"), SLOT_COUNT_ENV: "1"})
-    argv = [sys.executable, "-m", "jitguard.build.launcher", "--", *command]
+    argv = [sys.executable, "-m", "jitguard.supervise.launcher", "--", *command]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -70,7 +70,7 @@ def test_launcher_waits_while_another_process_holds_the_only_slot(tmp_path: Path
     env = dict(os.environ, **{SLOTS_DIR_ENV: str(tmp_path / "slots"), SLOT_COUNT_ENV: "1"})
     marker = tmp_path / "ran"
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "jitguard.build.launcher", "--", "touch", str(marker)], env=env
+        [sys.executable, "-m", "jitguard.supervise.launcher", "--", "touch", str(marker)], env=env
     )
     try:
         time.sleep(1.0)
@@ -84,7 +84,7 @@ def test_launcher_waits_while_another_process_holds_the_only_slot(tmp_path: Path
 def test_launcher_without_slot_settings_just_runs_the_command(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in (SLOTS_DIR_ENV, SLOT_COUNT_ENV)}
     done = subprocess.run(
-        [sys.executable, "-m", "jitguard.build.launcher", "--", "true"],
+        [sys.executable, "-m", "jitguard.supervise.launcher", "--", "true"],
         env=env,
         capture_output=True,
         timeout=60,

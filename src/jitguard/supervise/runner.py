@@ -4,7 +4,7 @@
 jitguard, and what ``jitguard build ninja`` runs:
 
 1. nothing to do (the original manifest is up to date): return at once;
-2. plan the parallelism from the memory budget (``build.budget.plan_jobs``: cgroup-aware available memory, the
+2. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
    per-job estimate learned for this module or the measured default, the CPU limit) unless jobs are given;
 3. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``build.manifest``,
    ``build.launcher``, ``build.slots``), in its own session (``build.process_tree``), with the full output in
@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jitguard.build import launcher, manifest, ninja_log, process_tree, slots
-from jitguard.build.oom import OomCounters, text_evidence
-from jitguard.build.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
 from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
+from jitguard.supervise import launcher, manifest, ninja_log, process_tree, slots
+from jitguard.supervise.oom import OomCounters, text_evidence
+from jitguard.supervise.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
 
-LOG = logging.getLogger("jitguard.build")
+LOG = logging.getLogger("jitguard.supervise")
 
 _TICK = 0.25  # seconds between samples of the tree
 _CPU_ACTIVE = 0.01  # a tree using more than 1% of one CPU is working, not hung
@@ -131,8 +131,8 @@ class _Plan:
 
 
 def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
-    from jitguard.build.budget import plan_jobs
     from jitguard.facts import memory
+    from jitguard.facts.capacity import plan_jobs
 
     job_memory = options.job_memory
     if job_memory is None:
@@ -330,7 +330,7 @@ def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
 
 
 def _launcher_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` where ``python -m jitguard.build.launcher`` can import jitguard.
+    """``env`` where ``python -m jitguard.supervise.launcher`` can import jitguard.
 
     An installed jitguard (site-packages, or an editable install's .pth) is found by the launcher's interpreter
     anyway. A source tree that only this process has on ``sys.path`` (``PYTHONPATH=src`` set in code, a
@@ -470,7 +470,7 @@ def _running_commands(tree: process_tree.ProcessTree) -> list[str]:
             continue
         try:
             cmdline = proc.cmdline()
-            if "jitguard.build.launcher" in " ".join(cmdline) and proc.children():
+            if "jitguard.supervise.launcher" in " ".join(cmdline) and proc.children():
                 continue
         except Exception:
             continue
@@ -489,7 +489,7 @@ def _waiting_for_foreign_slot(tree: process_tree.ProcessTree, slots_dir: Path) -
     waiting = False
     for proc in members:
         try:
-            if "jitguard.build.launcher" in " ".join(proc.cmdline()) and not proc.children():
+            if "jitguard.supervise.launcher" in " ".join(proc.cmdline()) and not proc.children():
                 waiting = True
                 break
         except Exception:

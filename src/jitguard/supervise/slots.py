@@ -1,6 +1,6 @@
 """Host-wide compile slots: N flock'ed files in a shared directory, one per compile job allowed to run.
 
-Every compile command of a supervised build runs under the launcher (``jitguard.build.launcher``), which takes
+Every compile command of a supervised build runs under the launcher (``jitguard.supervise.launcher``), which takes
 one free slot ``slot-000`` ... ``slot-{N-1}`` before the compiler starts and keeps it until the compiler and
 all its children are gone. Because every process on the host uses the same directory, 8 ranks or 8 engines
 building at once run at most N compile jobs together, not 8 x N.

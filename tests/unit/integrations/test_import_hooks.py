@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from jitguard.import_hooks import PostImportHook
+from jitguard.integrations.import_hooks import PostImportHook
 
 WATCHED = "jitguard_hook_watched"
 UNWATCHED = "jitguard_hook_unwatched"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from jitguard.build.probe_module import gencode, run_probe
-from jitguard.build.runner import BuildOptions
 from jitguard.facts import collect
+from jitguard.supervise.probe_module import gencode, run_probe
+from jitguard.supervise.runner import BuildOptions
 
 
 def options(tmp_path: Path) -> BuildOptions:

@@ -18,9 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jitguard.build.module_lock import ModuleLock
 from jitguard.config import Settings
 from jitguard.errors import BuildFailed
+from jitguard.supervise.module_lock import ModuleLock
 
 _STANDIN_BUILD = r"""
 import os, sys, time

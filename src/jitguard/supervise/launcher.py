@@ -1,6 +1,6 @@
 """The compile-command prefix of supervised builds: hold one host-wide slot while the real command runs.
 
-    python -m jitguard.build.launcher [--slots DIR --count N] -- <compiler> <args...>
+    python -m jitguard.supervise.launcher [--slots DIR --count N] -- <compiler> <args...>
 
 DIR and N come from the flags or from ``JITGUARD_SLOTS_DIR`` / ``JITGUARD_SLOT_COUNT``. The runner uses the
 environment, so the command line ninja records (and hashes, to decide what is out of date) stays the same
@@ -27,14 +27,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jitguard.build import slots
+from jitguard.supervise import slots
 
 # The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.
 KILLED_MARKER = "jitguard-launch: killed by signal"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SLOTS_DIR_ENV = "JITGUARD_SLOTS_DIR"
 SLOT_COUNT_ENV = "JITGUARD_SLOT_COUNT"
-USAGE = "usage: python -m jitguard.build.launcher [--slots DIR --count N] -- COMMAND [ARGS...]"
+USAGE = "usage: python -m jitguard.supervise.launcher [--slots DIR --count N] -- COMMAND [ARGS...]"
 
 
 def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:

@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from jitguard.config import Settings
-from jitguard.import_hooks import PostImportHook
+from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")
 
@@ -132,7 +132,7 @@ def _guarded_build_and_load(original: Any) -> Any:
         # FlashInfer's JIT is disabled (it then raises its own MissingJITCacheError, which callers expect).
         if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
             return original(self)
-        from jitguard.build.flashinfer_build import build_spec
+        from jitguard.supervise.flashinfer_build import build_spec
 
         return build_spec(self, load=self.load).loaded
 
@@ -144,7 +144,7 @@ def _guarded_run_ninja(original: Any) -> Any:
     def run_ninja(workdir: Any, ninja_file: Any, verbose: bool = False, *args: Any, **kwargs: Any) -> None:
         if Settings.from_env().disabled or args or kwargs:
             return original(workdir, ninja_file, verbose, *args, **kwargs)
-        from jitguard.build.flashinfer_build import run_ninja_for_flashinfer
+        from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
 
         run_ninja_for_flashinfer(workdir, ninja_file, verbose)
         return None

@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from jitguard.build.module_lock import ModuleLock
 from jitguard.config import Settings, default_cache_dir
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
+from jitguard.supervise.module_lock import ModuleLock
 
 if TYPE_CHECKING:
-    from jitguard.build.runner import BuildOptions, BuildResult
     from jitguard.facts import Facts
+    from jitguard.supervise.runner import BuildOptions, BuildResult
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
@@ -199,7 +199,7 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
     """Stands in for ``flashinfer.jit.cpp_ext.run_ninja`` (FlashInfer's AOT ``build_jit_specs``, or a direct
     ``JitSpec.build``): the same ninja build, through jitguard's runner. ``verbose`` is FlashInfer's flag to
     echo ninja's output; the runner always keeps the full log and reports progress itself."""
-    from jitguard.build.runner import run_ninja
+    from jitguard.supervise.runner import run_ninja
 
     settings = Settings.from_env()
     module = Path(workdir).name
@@ -216,7 +216,7 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
 def default_options(settings: Settings, module: str) -> BuildOptions:
     """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on). The runner
     itself uses the per-job memory learned for ``module`` when JITGUARD_JOB_MEMORY is not set."""
-    from jitguard.build.runner import BuildOptions
+    from jitguard.supervise.runner import BuildOptions
 
     max_jobs = os.environ.get("MAX_JOBS", "")
     jobs = int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else None
@@ -225,7 +225,7 @@ def default_options(settings: Settings, module: str) -> BuildOptions:
 
 def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
     """``ninja -n``: would a build of this ninja file run anything? True when it cannot tell."""
-    from jitguard.build.manifest import nothing_to_do
+    from jitguard.supervise.manifest import nothing_to_do
 
     ninja = shutil.which("ninja")
     if ninja is None or not ninja_file.exists():
@@ -234,7 +234,7 @@ def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
 
 
 def new_log_path(cache_dir: Path, module: str) -> Path:
-    from jitguard.build.runner import default_log_path
+    from jitguard.supervise.runner import default_log_path
 
     return default_log_path(cache_dir, module)
 
@@ -270,7 +270,7 @@ def _run_build(
 ) -> BuildResult:
     # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
     # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
-    from jitguard.build.runner import run_ninja
+    from jitguard.supervise.runner import run_ninja
 
     try:
         return run_ninja(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jitguard.build.manifest import LAUNCH_VARIABLE, launcher_prefix, wrap_commands
+from jitguard.supervise.manifest import LAUNCH_VARIABLE, launcher_prefix, wrap_commands
 
 FLASHINFER_STYLE = """ninja_required_version = 1.3
 nvcc = /usr/local/cuda/bin/nvcc
@@ -26,11 +26,11 @@ default /w/m.so
 
 
 def test_every_rule_command_is_prefixed_and_counted() -> None:
-    text, wrapped = wrap_commands(FLASHINFER_STYLE, ["/py", "-m", "jitguard.build.launcher", "--"])
+    text, wrapped = wrap_commands(FLASHINFER_STYLE, ["/py", "-m", "jitguard.supervise.launcher", "--"])
     assert wrapped == 2
     assert f"  command = ${LAUNCH_VARIABLE} $nvcc --generate-dependencies-with-compile" in text
     assert f"  command = ${LAUNCH_VARIABLE} $cxx $in $ldflags -o $out" in text
-    assert text.splitlines()[0] == f"{LAUNCH_VARIABLE} = /py -m jitguard.build.launcher --"
+    assert text.splitlines()[0] == f"{LAUNCH_VARIABLE} = /py -m jitguard.supervise.launcher --"
 
 
 def test_bindings_outside_rule_blocks_and_continuations_are_untouched() -> None:
@@ -48,4 +48,4 @@ def test_prefix_with_spaces_and_dollars_is_quoted_and_escaped() -> None:
 
 def test_launcher_prefix_has_no_per_build_arguments() -> None:
     # Slots directory and count travel in the environment: the command line (ninja's hash) never varies.
-    assert launcher_prefix(python="/py") == ["/py", "-m", "jitguard.build.launcher", "--"]
+    assert launcher_prefix(python="/py") == ["/py", "-m", "jitguard.supervise.launcher", "--"]

@@ -2,7 +2,7 @@
 
 ninja's manifest is line based: a ``rule NAME`` line starts a block of indented ``key = value`` bindings. Each
 ``command =`` binding inside a rule block becomes ``command = $jitguard_launch <original>``, and the file
-starts with the definition of ``jitguard_launch`` (``python -m jitguard.build.launcher --``; the slots
+starts with the definition of ``jitguard_launch`` (``python -m jitguard.supervise.launcher --``; the slots
 directory and count travel in the environment, so the command line is the same for every attempt and ninja
 keeps what an earlier attempt finished). A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's
 generated files) is covered like any other command, so the rewrite works for any ninja project. Rules in
@@ -32,7 +32,7 @@ _COMMAND = re.compile(r"^(\s+command\s*=\s*)(.*)$")
 def launcher_prefix(*, python: str | None = None) -> list[str]:
     """The argv prefix that runs a command under a host-wide slot (directory and count come from the
     environment, see ``build.launcher``, so the prefix and thus ninja's view of the command never change)."""
-    return [python or sys.executable, "-m", "jitguard.build.launcher", "--"]
+    return [python or sys.executable, "-m", "jitguard.supervise.launcher", "--"]
 
 
 def _ninja_escape(text: str) -> str:

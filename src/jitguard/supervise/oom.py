@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jitguard.build.launcher import KILLED_MARKER
 from jitguard.findings.classify import OOM_TEXT
+from jitguard.supervise.launcher import KILLED_MARKER
 
 _TEXT = re.compile(re.escape(KILLED_MARKER) + r" 9\b|" + OOM_TEXT.pattern, OOM_TEXT.flags)
 _MAX_EVIDENCE = 6

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jitguard.build.launcher import KILLED_MARKER
-from jitguard.build.oom import text_evidence
+from jitguard.supervise.launcher import KILLED_MARKER
+from jitguard.supervise.oom import text_evidence
 
 
 def test_compiler_kill_and_allocation_messages_are_oom_evidence() -> None:

@@ -9,16 +9,16 @@ import subprocess
 
 import pytest
 
-from jitguard.build.budget import (
+from jitguard.config import parse_memory_spec
+from jitguard.errors import UsageError
+from jitguard.facts import memory
+from jitguard.facts.capacity import (
     DEFAULT_JOB_MEMORY,
     MIN_HEADROOM,
     headroom_for,
     ninja_default_jobs,
     plan_jobs,
 )
-from jitguard.config import parse_memory_spec
-from jitguard.errors import UsageError
-from jitguard.facts import memory
 from jitguard.facts.memory import CgroupLevel, MemoryFacts
 
 GIB = 1024**3

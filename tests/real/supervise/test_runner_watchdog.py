@@ -14,9 +14,9 @@ import psutil
 import pytest
 from ninja_projects import TreeSampler, killing, running, write_project
 
-from jitguard.build import slots
-from jitguard.build.runner import BuildOptions, run_ninja
 from jitguard.errors import BuildFailed
+from jitguard.supervise import slots
+from jitguard.supervise.runner import BuildOptions, run_ninja
 
 
 def _hung_pids(project_root: Path, count: int = 2, wait: float = 30.0) -> list[int]:

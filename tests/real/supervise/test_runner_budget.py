@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 from ninja_projects import MIB, TreeSampler, killing, max_overlap, write_project
 
-from jitguard.build.budget import headroom_for
-from jitguard.build.runner import BuildOptions, run_ninja
 from jitguard.config import MemorySpec, parse_size
+from jitguard.facts.capacity import headroom_for
+from jitguard.supervise.runner import BuildOptions, run_ninja
 
 JOB_MIB = 100  # what each stand-in allocates (its RSS is ~110 MiB with the interpreter)
 JOB_MEMORY = 160 * MIB  # the per-job estimate given to the planner: what one job plus its launcher takes

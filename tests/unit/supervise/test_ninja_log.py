@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jitguard.build.ninja_log import command_hash, latest_entries, translate
+from jitguard.supervise.ninja_log import command_hash, latest_entries, translate
 
 # (command, hash in a v5 log written by ninja 1.11.1, hash in a v7 log written by ninja 1.13.2)
 WRITTEN_BY_NINJA = [

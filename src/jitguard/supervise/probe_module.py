@@ -21,8 +21,8 @@ from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
-    from jitguard.build.runner import BuildOptions
     from jitguard.facts import Facts
+    from jitguard.supervise.runner import BuildOptions
 
 MODULE = "jitguard_compile_probe"
 DEFAULT_ARCH = "9.0a"  # FlashInfer's GDN prefill target (SM90) when neither the env nor a GPU says otherwise
@@ -114,8 +114,8 @@ def run_probe(facts: Facts, options: BuildOptions, *, directory: Path | None = N
 
 
 def _build_check_load(facts: Facts, options: BuildOptions, workdir: Path, start: float) -> ProbeResult:
-    from jitguard.build.runner import run_ninja
     from jitguard.findings.checks_toolchain import check_built_library
+    from jitguard.supervise.runner import run_ninja
 
     arch = probe_arch(facts)
     ninja_file = write_project(workdir, facts, arch)

@@ -16,7 +16,7 @@ from typing import IO, Any, Protocol
 
 from jitguard.config import format_bytes
 
-LOG = logging.getLogger("jitguard.build")
+LOG = logging.getLogger("jitguard.supervise")
 
 # The runner sets NINJA_STATUS to this, so the status prefix has one known form whatever the environment.
 NINJA_STATUS = "[%f/%t] "

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from jitguard.build.progress import BuildProgress, LogReporter, make_reporter, parse_status
+from jitguard.supervise.progress import BuildProgress, LogReporter, make_reporter, parse_status
 
 
 def test_status_lines_give_finished_and_total() -> None:
@@ -28,7 +28,7 @@ def test_log_reporter_writes_periodic_lines(caplog: pytest.LogCaptureFixture) ->
     reporter = LogReporter(interval=0)
     progress = BuildProgress(module="gdn", jobs=4)
     progress.feed("[5/34] nvcc")
-    with caplog.at_level(logging.INFO, logger="jitguard.build"):
+    with caplog.at_level(logging.INFO, logger="jitguard.supervise"):
         reporter.update(progress)
     assert "gdn: 5/34 steps, 4 jobs" in caplog.text
 

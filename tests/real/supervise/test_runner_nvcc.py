@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.build.runner import BuildOptions, run_ninja
+from jitguard.supervise.runner import BuildOptions, run_ninja
 
 CUDA_HOME = Path("/usr/local/cuda")
 KERNEL = """
@@ -62,7 +62,7 @@ def test_real_nvcc_module_builds_through_the_runner(tmp_path: Path, cache_dir: P
     symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
     assert "jitguard_scale_launch" in symbols
     log = result.log_path.read_text()
-    assert "jitguard.build.launcher" in log and "nvcc" in log  # the compile held a host-wide slot
+    assert "jitguard.supervise.launcher" in log and "nvcc" in log  # the compile held a host-wide slot
     # A second run has nothing to do: the runner does not rebuild a finished module.
     again = run_ninja(
         tmp_path, tmp_path / "build.ninja", module="probe_cuda", options=BuildOptions(progress="none")

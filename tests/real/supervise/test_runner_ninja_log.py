@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ninja_projects import write_project
 
-from jitguard.build.runner import BuildOptions, run_ninja
+from jitguard.supervise.runner import BuildOptions, run_ninja
 
 
 def _plain_ninja(root: Path, *args: str) -> str:
