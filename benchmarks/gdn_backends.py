@@ -244,7 +244,7 @@ def main() -> int:
 
 
 def dispatch_overhead(shapes: list[str], steady: list[tuple[str, str, float, int]]) -> list[tuple[str, str]]:
-    from jitguard.gdn.resolve import dispatcher
+    from jitguard.gdn.dispatch import dispatcher
 
     tiny = make((64,))
     direct_us = host_us(direct_flashinfer(), tiny)

@@ -51,9 +51,7 @@ class BackendUnavailable(JitguardError):
         blocking = [f for f in self.findings if f.severity == "error"] or list(self.findings)
         lines = [f"{self.backend} {self.op} cannot run here."]
         for f in blocking:
-            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
-            for fix in f.fixes[:2]:
-                lines.append(f"    Fix: {fix.render()}")
+            lines += f.render_lines()
         if self.alternative:
             lines.append(f"  Or use backend={self.alternative!r}.")
         return "\n".join(lines)
@@ -71,9 +69,7 @@ class BuildFailed(JitguardError):
             head += f": {detail}"
         lines = [head + "."]
         for f in self.findings:
-            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
-            for fix in f.fixes[:2]:
-                lines.append(f"    Fix: {fix.render()}")
+            lines += f.render_lines()
         if log_path:
             lines.append(f"  Full log: {log_path}")
         super().__init__("\n".join(lines))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from jitguard.gdn.convention import CallSpec
+from jitguard.decision.gdn import CallSpec
 from jitguard.gdn.reference import recurrent_gated_delta_rule
 from jitguard.gdn.shapes import GdnInputs, make_inputs
 
@@ -132,7 +132,7 @@ def test_backends_agree_on_a_qwen35_batch() -> None:
 
 
 def test_auto_prefers_flashinfer_and_falls_to_triton_for_inputs_flashinfer_cannot_take() -> None:
-    from jitguard.gdn.resolve import resolve
+    from jitguard.gdn.dispatch import resolve
 
     assert resolve("auto", CallSpec("cuda", "bfloat16", 128, 16, 16, 32)).backend == "flashinfer"
     decision = resolve("auto", CallSpec("cuda", "bfloat16", 64, 16, 16, 32))

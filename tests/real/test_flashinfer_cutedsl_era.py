@@ -71,12 +71,12 @@ print("RESULT " + json.dumps(result))
 BACKEND_LOAD_SCRIPT = r"""
 import json
 from jitguard.gdn.backends import flashinfer as backend
-from jitguard.gdn.resolve import classify_failure
+from jitguard.findings.classify import classify_exception
 try:
     backend.load()
     result = {"ok": True}
 except Exception as exc:
-    head = classify_failure(backend, "load", exc, alternative="torch")[0]
+    head = classify_exception(backend.NAME, backend.TITLE, "load", exc, alternative="torch")[0]
     result = {"ok": False, "type": type(exc).__name__, "message": str(exc), "finding": head.to_json()}
 print("RESULT " + json.dumps(result))
 """

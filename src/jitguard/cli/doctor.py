@@ -109,7 +109,7 @@ def _with_probe(preflight: list[Finding], probe: list[Finding]) -> list[Finding]
 def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
     """What `backend='auto'` GDN prefill would pick here, and why the others were skipped."""
     try:
-        from jitguard.gdn.resolve import describe_auto
+        from jitguard.gdn.dispatch import describe_auto
     except ImportError:
         return None
     return describe_auto(facts=facts)

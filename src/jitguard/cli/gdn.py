@@ -59,11 +59,11 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def execute_explain(args: argparse.Namespace) -> int:
-    from jitguard.gdn.resolve import backend_status, dispatcher, explain
+    from jitguard.gdn.dispatch import backend_status, dispatcher, explain
 
     if args.json:
         from jitguard.cli.envelope import dumps
-        from jitguard.gdn.resolve import describe_auto
+        from jitguard.gdn.dispatch import describe_auto
 
         d = dispatcher()
         payload = {
@@ -81,7 +81,7 @@ def execute_run(args: argparse.Namespace) -> int:
     import torch
 
     from jitguard.errors import UsageError
-    from jitguard.gdn.resolve import dispatcher
+    from jitguard.gdn.dispatch import dispatcher
     from jitguard.gdn.shapes import SHAPES, inputs_for
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -24,7 +24,7 @@ MAX_EVIDENCE_LINES = 6
 
 
 # A compile job killed or starved of memory, as compilers and shells print it. Not a GPU's "CUDA out of memory":
-# that is a runtime error of a launch, not of a build. build/oom.py adds the runner's own launcher marker.
+# that is a runtime error of a launch, not of a build. supervise/oom.py adds the runner's own launcher marker.
 OOM_TEXT = re.compile(
     r"died due to signal 9"  # nvcc: 'cicc' died due to signal 9 (Kill signal)
     r"|Killed signal terminated program"  # gcc driver: cc1plus was SIGKILLed
@@ -173,3 +173,41 @@ def _unique(items: Iterable[str]) -> list[str]:
         if item:
             seen.setdefault(item, None)
     return list(seen)
+
+
+def classify_exception(
+    backend: str,
+    title: str,
+    stage: str,
+    exc: BaseException,
+    *,
+    alternative: str,
+    facts: Facts | None = None,
+) -> tuple[Finding, ...]:
+    """A first-use exception of a backend (``stage``: 'load' or 'launch') -> findings: the stage finding,
+    then whatever the log classifier recognises in the traceback. With ``facts``, those findings name this
+    machine's fixes (the directory holding libcuda, ...) like pre-flight's. A BuildFailed from jitguard's
+    supervised build arrives already classified and keeps its findings."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    already = getattr(exc, "findings", None)
+    if already and all(isinstance(f, Finding) for f in already):
+        classified = list(already)
+    else:
+        try:
+            classified = list(classify(text, getattr(exc, "returncode", None), backend=backend, facts=facts))
+        except Exception:  # the classifier is best effort: the stage finding below still says what failed
+            classified = []
+    code = "gdn-first-use-failed" if stage == "load" else "gdn-launch-failed"
+    head = make(
+        code,
+        backend=backend,
+        evidence=text.strip().splitlines()[-6:],
+        title=title,
+        stage="build or load" if backend == "flashinfer" else "load",
+        error=last[:500],
+        alternative=alternative,
+    )
+    return (head, *classified)

@@ -42,6 +42,18 @@ class Finding:
     def blocking(self) -> bool:
         return self.severity == "error"
 
+    def render_lines(self, *, fixes: int = 2, indent: str = "  ", severity: bool = False) -> list[str]:
+        """The finding for a person: ``[code] title: cause`` and up to ``fixes`` fixes, one per line. The one
+        text form every report, error message and log line uses."""
+        level = f" ({self.severity})" if severity else ""
+        lines = [f"{indent}[{self.code}]{level} {self.title}: {self.cause}"]
+        lines += [f"{indent}  Fix: {fix.render()}" for fix in self.fixes[:fixes]]
+        return lines
+
+    def fix_suffix(self) -> str:
+        """`` Fix: <the first fix>`` for a one-line log message, or "" when there is none."""
+        return f" Fix: {self.fixes[0].render()}" if self.fixes else ""
+
     def to_json(self) -> dict[str, Any]:
         return {
             "code": self.code,

@@ -2,7 +2,8 @@
 automatic fallback or strict mode, and an explainable decision. See docs/gdn.md.
 
 ``import jitguard.gdn`` imports neither torch nor any backend library; they load on first use.
-Resolution lives in the module ``jitguard.gdn.resolve`` (``resolve(...)``, ``backend_status(...)``).
+The decision is ``jitguard.decision.gdn`` (pure); the dispatcher that acts on it is ``jitguard.gdn.dispatch``
+(``resolve(...)``, ``backend_status(...)``, ``explain()``).
 """
 
 from __future__ import annotations
@@ -21,19 +22,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from jitguard.decision.gdn import BackendStatus, CallSpec, Decision
     from jitguard.gdn.api import chunk_gated_delta_rule
-    from jitguard.gdn.convention import CallSpec
-    from jitguard.gdn.resolve import BackendStatus, Decision, backend_status, explain, reset
+    from jitguard.gdn.dispatch import backend_status, explain, reset
     from jitguard.gdn.validate import GdnInputError
 
 _HOMES = {
     "chunk_gated_delta_rule": "jitguard.gdn.api",
-    "CallSpec": "jitguard.gdn.convention",
-    "BackendStatus": "jitguard.gdn.resolve",
-    "Decision": "jitguard.gdn.resolve",
-    "backend_status": "jitguard.gdn.resolve",
-    "explain": "jitguard.gdn.resolve",
-    "reset": "jitguard.gdn.resolve",
+    "CallSpec": "jitguard.decision.gdn",
+    "BackendStatus": "jitguard.decision.gdn",
+    "Decision": "jitguard.decision.gdn",
+    "backend_status": "jitguard.gdn.dispatch",
+    "explain": "jitguard.gdn.dispatch",
+    "reset": "jitguard.gdn.dispatch",
     "GdnInputError": "jitguard.gdn.validate",
 }
 

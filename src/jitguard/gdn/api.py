@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jitguard.gdn import resolve as resolution
+from jitguard.gdn import dispatch
+from jitguard.gdn.call import GdnCall
 from jitguard.gdn.validate import check_backend_name, check_call
 
 if TYPE_CHECKING:
@@ -49,20 +50,16 @@ def chunk_gated_delta_rule(
     key = check_call(q, k, v, g, beta, cu_seqlens, scale, initial_state)
     if backend != "auto":
         backend = check_backend_name(backend)
-    dispatcher = resolution._DISPATCHER or resolution.dispatcher()
-    return dispatcher.call(
-        backend,
-        key,
-        (
-            q,
-            k,
-            v,
-            g,
-            beta,
-            cu_seqlens,
-            key[2] ** -0.5 if scale is None else float(scale),
-            initial_state,
-            bool(output_final_state),
-            bool(use_qk_l2norm),
-        ),
+    call = GdnCall(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        cu_seqlens,
+        key[2] ** -0.5 if scale is None else float(scale),
+        initial_state,
+        bool(output_final_state),
+        bool(use_qk_l2norm),
     )
+    return (dispatch._DISPATCHER or dispatch.dispatcher()).call(backend, key, call)

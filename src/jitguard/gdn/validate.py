@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from jitguard.decision.gdn import head_layout
 from jitguard.errors import UsageError
-from jitguard.gdn.convention import head_layout
 
 if TYPE_CHECKING:
     import torch

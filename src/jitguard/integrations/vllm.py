@@ -47,8 +47,8 @@ from jitguard.errors import BackendUnavailable
 from jitguard.integrations.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
+    from jitguard.decision.gdn import BackendStatus
     from jitguard.findings.model import Finding
-    from jitguard.gdn.resolve import BackendStatus
 
 log = logging.getLogger("jitguard.vllm")
 
@@ -151,7 +151,7 @@ class VllmBackendUnavailable(BackendUnavailable):
 # ---- per-process state: one status, one warning -----------------------------------------------------------
 def default_status() -> BackendStatus:
     """FlashInfer's status from this process's facts and the failure cache (the GDN resolver's answer)."""
-    from jitguard.gdn.resolve import backend_status
+    from jitguard.gdn.dispatch import backend_status
 
     return backend_status(FLASHINFER)
 
@@ -345,7 +345,7 @@ def vllm_installed() -> bool:
 def register(*, status: StatusProvider | None = None) -> bool:
     """The ``vllm.general_plugins`` entry point (idempotent). Returns whether jitguard now guards vLLM.
 
-    ``status`` replaces how FlashInfer's status is obtained (default: ``jitguard.gdn.resolve.backend_status``
+    ``status`` replaces how FlashInfer's status is obtained (default: ``jitguard.gdn.dispatch.backend_status``
     on this process's facts), e.g. ``lambda: backend_status("flashinfer", facts=facts)``. Never raises: vLLM
     does not catch a plugin's errors, and a misconfigured guard must not take serving down.
     """

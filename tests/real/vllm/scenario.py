@@ -107,7 +107,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         record_failure(spec["failure"], spec.get("torch_build"))
     base = plugin.default_status
     if spec.get("torch_build"):
-        from jitguard.gdn.resolve import backend_status
+        from jitguard.gdn.dispatch import backend_status
 
         facts = facts_with_torch(spec["torch_build"])
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from jitguard.decision.gdn import CallSpec
+from jitguard.findings.classify import classify_exception
 from jitguard.gdn.backends import flashinfer, triton
-from jitguard.gdn.convention import CallSpec
-from jitguard.gdn.resolve import classify_failure
+from jitguard.gdn.call import GdnCall
 
 QWEN = CallSpec("cuda", "bfloat16", 128, 16, 16, 32)
 
@@ -68,7 +69,7 @@ def test_triton_load_fails_here_for_real_and_is_classified(monkeypatch: pytest.M
     with pytest.raises(ImportError) as caught:
         triton.load()
     assert os.environ["FLA_FLASH_QLA"] == "1"
-    findings = classify_failure(triton, "load", caught.value, alternative="torch")
+    findings = classify_exception(triton.NAME, triton.TITLE, "load", caught.value, alternative="torch")
     head = findings[0]
     assert head.code == "gdn-first-use-failed" and "triton" in head.cause
     assert head.title == "FLA Triton GDN prefill failed to load on first use"
@@ -102,7 +103,7 @@ def test_flashinfer_gets_a_packed_alpha_and_beta_from_strided_gates(monkeypatch:
     beta = torch.rand(H, T, dtype=torch.bfloat16).t()
     q = torch.randn(T, H, 128, dtype=torch.bfloat16)
     cu = torch.tensor([0, T])
-    flashinfer.run(q, q, q, g, beta, cu, 0.1, None, False, False)
+    flashinfer.run(GdnCall(q, q, q, g, beta, cu, 0.1))
     assert seen["alpha"].is_contiguous() and seen["beta"].is_contiguous()
     assert seen["alpha"].dtype == seen["beta"].dtype == torch.float32
     torch.testing.assert_close(seen["alpha"], g.exp())

@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 import torch
 
+from jitguard.decision.gdn import CallSpec
 from jitguard.errors import BackendUnavailable, ConfigError
 from jitguard.findings.model import Finding
 from jitguard.gdn import chunk_gated_delta_rule, explain
 from jitguard.gdn.backends import torch as torch_backend
-from jitguard.gdn.convention import CallSpec
-from jitguard.gdn.resolve import Dispatcher, Environment, backend_status, reset, resolve
+from jitguard.gdn.call import GdnCall
+from jitguard.gdn.dispatch import Dispatcher, backend_status, reset, resolve
+from jitguard.gdn.environment import Environment
 from jitguard.gdn.shapes import make_inputs
+from jitguard.report.text import render_decision
 
 pytest.importorskip("jitguard.findings.checks")  # the lead's pre-flight checks
 pytest.importorskip("jitguard.state.failure_cache")
@@ -156,7 +159,7 @@ class LinksAgainstLibcuda:
         if done.returncode != 0:
             raise RuntimeError(f"Ninja build failed:\n{done.stderr}")
 
-    def run(self, *args: Any) -> Any:
+    def run(self, call: GdnCall) -> Any:
         raise AssertionError("never reached: load fails")
 
 
@@ -167,8 +170,8 @@ class LaunchFails(LinksAgainstLibcuda):
     def load(self) -> None:
         self.loads += 1
 
-    def run(self, q: torch.Tensor, *args: Any) -> Any:
-        return torch.mm(q, q)  # a 3-D tensor: a real RuntimeError from the "kernel"
+    def run(self, call: GdnCall) -> Any:
+        return torch.mm(call.q, call.q)  # a 3-D tensor: a real RuntimeError from the "kernel"
 
 
 class PreflightPasses(Environment):
@@ -180,8 +183,7 @@ class PreflightPasses(Environment):
 
 def run_small(d: Dispatcher, x: Any, backend: str = "auto") -> Any:
     key = ("cpu", x.q.dtype, 128, 2, 2, 4)
-    args = (x.q, x.k, x.v, x.g, x.beta, x.cu_seqlens, 128**-0.5, None, False, False)
-    return d.call(backend, key, args)
+    return d.call(backend, key, GdnCall(x.q, x.k, x.v, x.g, x.beta, x.cu_seqlens, 128**-0.5))
 
 
 def test_first_use_failure_is_classified_cached_logged_once_and_falls_through(
@@ -260,10 +262,12 @@ def test_an_accelerator_call_on_a_fallback_warns_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     d = Dispatcher([NeverTakesInputs(tmp_path), torch_backend], PreflightPasses(cache_dir=tmp_path / "c"))  # type: ignore[list-item]
-    plan = d.plan("auto", CallSpec("cuda", "bfloat16", 64, 2, 2, 4))
+    made = d.decide("auto", CallSpec("cuda", "bfloat16", 64, 2, 2, 4))
     with caplog.at_level(logging.WARNING, logger="jitguard"):
-        d._announce(plan)
-        d._announce(plan)
+        d._announce(made)
+        d._announce(made)
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "[gdn-fallback-in-use]" in warning and "fastfirst [gdn-input-unsupported]" in warning
-    assert "gdn-fallback-in-use" in plan.decision().render()
+    assert "gdn-fallback-in-use" not in render_decision(
+        made
+    )  # a decision is a value: the note goes to the plan

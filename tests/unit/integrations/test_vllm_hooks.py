@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.gdn.resolve import BackendStatus
+from jitguard.decision.gdn import BackendStatus
 from jitguard.integrations import vllm as plugin
 
 CURRENT_SOURCE = """

@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
+from jitguard.decision.gdn import BackendStatus
 from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
-from jitguard.gdn.resolve import BackendStatus
 from jitguard.integrations.vllm import GdnGuard, VllmBackendUnavailable, decide, normalise_request
 
 USABLE = BackendStatus("flashinfer", True, (make("gdn-prebuilt-available", backend="flashinfer"),))

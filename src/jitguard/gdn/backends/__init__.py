@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from jitguard.decision.gdn import CallSpec
     from jitguard.findings.model import Finding
-    from jitguard.gdn.convention import CallSpec
-
-ORDER = ("flashinfer", "triton", "torch")
+    from jitguard.gdn.call import GdnCall
 
 
 class GdnBackend(Protocol):
@@ -29,19 +28,7 @@ class GdnBackend(Protocol):
         """Import, build and load whatever the backend needs (idempotent). Raises on failure."""
         ...
 
-    def run(
-        self,
-        q: Any,
-        k: Any,
-        v: Any,
-        g: Any,
-        beta: Any,
-        cu_seqlens: Any,
-        scale: float,
-        initial_state: Any,
-        output_final_state: bool,
-        use_qk_l2norm: bool,
-    ) -> tuple[Any, Any]:
+    def run(self, call: GdnCall) -> tuple[Any, Any]:
         """Run one validated call in jitguard's convention; returns ``(o, final_state or None)``."""
         ...
 

@@ -20,9 +20,10 @@ import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from jitguard.decision.gdn import CallSpec
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
-from jitguard.gdn.convention import CallSpec
+from jitguard.gdn.call import GdnCall
 
 if TYPE_CHECKING:
     import torch
@@ -131,38 +132,32 @@ def _check_dsl_kernel() -> None:
         raise RuntimeError(f"FlashInfer's {symbol} is unavailable (flashinfer.gdn_kernels.{symbol} is None)")
 
 
-def run(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-    initial_state: torch.Tensor | None,
-    output_final_state: bool,
-    use_qk_l2norm: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One validated call in jitguard's convention; ``(o, final_state or None)``."""
     import torch
 
-    if use_qk_l2norm:
+    q, k = call.q, call.k
+    if call.use_qk_l2norm:
         from jitguard.gdn.reference import l2norm
 
         q, k = l2norm(q), l2norm(k)
     f32 = torch.float32
+    g, beta = call.g, call.beta
     # exp() keeps g's strides: a transposed g would reach the kernel as a strided alpha it reads as packed.
     alpha = (g if g.dtype == f32 else g.float()).exp().contiguous()
     beta = beta.contiguous() if beta.dtype == f32 else beta.float().contiguous()
     # FlashInfer casts cu_seqlens to int64 itself; converting here too would cost a second kernel per call.
+    cu_seqlens = call.cu_seqlens
     cu = cu_seqlens if cu_seqlens.is_cuda else cu_seqlens.to(q.device, non_blocking=True)
-    state = None if initial_state is None else initial_state.contiguous()
+    state = None if call.initial_state is None else call.initial_state.contiguous()
+    output_final_state = call.output_final_state
     result = _kernel(
         q.contiguous(),
         k.contiguous(),
-        v.contiguous(),
+        call.v.contiguous(),
         alpha,
         beta,
-        scale=scale,
+        scale=call.scale,
         initial_state=state,
         output_final_state=output_final_state,
         cu_seqlens=cu,

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jitguard.decision.gdn import CallSpec
 from jitguard.findings.model import Finding
-from jitguard.gdn.convention import DEFAULT_CHUNK, CallSpec
+from jitguard.gdn.call import GdnCall
+from jitguard.gdn.convention import DEFAULT_CHUNK
 from jitguard.gdn.reference import expand_heads, l2norm
 
 if TYPE_CHECKING:
@@ -39,30 +41,20 @@ def load() -> None:
     import torch  # noqa: F401  (the only thing this backend needs)
 
 
-def run(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-    initial_state: torch.Tensor | None,
-    output_final_state: bool,
-    use_qk_l2norm: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One validated call in jitguard's convention; ``(o, final_state or None)``."""
     o, state = chunk_gated_delta_rule(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        cu_seqlens=cu_seqlens,
-        scale=scale,
-        initial_state=initial_state,
-        use_qk_l2norm=use_qk_l2norm,
+        call.q,
+        call.k,
+        call.v,
+        call.g,
+        call.beta,
+        cu_seqlens=call.cu_seqlens,
+        scale=call.scale,
+        initial_state=call.initial_state,
+        use_qk_l2norm=call.use_qk_l2norm,
     )
-    return o, (state if output_final_state else None)
+    return o, (state if call.output_final_state else None)
 
 
 def chunk_gated_delta_rule(

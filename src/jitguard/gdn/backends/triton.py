@@ -17,9 +17,10 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
+from jitguard.decision.gdn import CallSpec
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
-from jitguard.gdn.convention import CallSpec
+from jitguard.gdn.call import GdnCall
 
 if TYPE_CHECKING:
     import torch
@@ -63,20 +64,11 @@ def load() -> None:
     _kernel = importlib.import_module("fla.ops.gated_delta_rule").chunk_gated_delta_rule
 
 
-def run(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-    initial_state: torch.Tensor | None,
-    output_final_state: bool,
-    use_qk_l2norm: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One validated call in jitguard's convention; ``(o, final_state or None)``."""
     import torch
 
+    q, k, v, cu_seqlens = call.q, call.k, call.v, call.cu_seqlens
     hq, hv = q.shape[1], v.shape[1]
     if hq > hv:  # GQA: FLA wants q and k to share heads
         from jitguard.gdn.reference import expand_heads
@@ -88,14 +80,14 @@ def run(
         q.unsqueeze(0),
         k.unsqueeze(0),
         v.unsqueeze(0),
-        g.float().unsqueeze(0),
-        beta.unsqueeze(0),
-        scale=scale,
-        initial_state=initial_state,
-        output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm,
+        call.g.float().unsqueeze(0),
+        call.beta.unsqueeze(0),
+        scale=call.scale,
+        initial_state=call.initial_state,
+        output_final_state=call.output_final_state,
+        use_qk_l2norm_in_kernel=call.use_qk_l2norm,
         state_v_first=True,
         cu_seqlens=cu,
         cu_seqlens_cpu=host_cu,
     )
-    return o.squeeze(0), (state if output_final_state else None)
+    return o.squeeze(0), (state if call.output_final_state else None)

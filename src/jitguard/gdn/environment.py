@@ -1,0 +1,148 @@
+"""What this process's environment says about each GDN backend: pre-flight findings on this process's facts
+plus the failure cache. The I/O half of the decision (facts, cache files); ``jitguard.decision.gdn`` is the
+pure half.
+
+Facts are collected at most once (and only when a status is asked for); statuses are cached per backend
+until ``record_failure`` or ``clear``. Nothing here raises: a crash in jitguard's own checks becomes a
+finding (docs/failsafe.md), so the verdict says "unknown", never "passed".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jitguard.decision.gdn import BackendStatus
+from jitguard.findings.catalog import make
+from jitguard.findings.model import Finding
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+    from jitguard.gdn.backends import GdnBackend
+
+log = logging.getLogger("jitguard")
+
+
+def guarded(backend: str, title: str, probe: Callable[[], list[Finding]]) -> list[Finding]:
+    """Run a diagnosis step; a crash in jitguard's own checks must never take the op down."""
+    try:
+        return probe()
+    except Exception as exc:
+        log.debug("jitguard: pre-flight for %s crashed", backend, exc_info=True)
+        return [
+            make(
+                "gdn-preflight-crashed",
+                backend=backend,
+                evidence=traceback.format_exception_only(type(exc), exc)[-1:],
+                title=title,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        ]
+
+
+class Environment:
+    """Backend statuses in this environment (see the module docstring)."""
+
+    def __init__(self, *, facts: Facts | None = None, cache_dir: Path | None = None) -> None:
+        self._facts = facts
+        self._cache_dir = cache_dir
+        self._statuses: dict[str, BackendStatus] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def cache_dir(self) -> Path:
+        if self._cache_dir is None:
+            from jitguard.config import Settings
+
+            self._cache_dir = Settings.from_env().cache_dir
+        return self._cache_dir
+
+    def facts(self) -> Facts:
+        with self._lock:
+            if self._facts is None:
+                from jitguard.facts import collect
+
+                self._facts = collect(cache_dir=self.cache_dir)
+            return self._facts
+
+    def status(self, backend: GdnBackend) -> BackendStatus:
+        name = backend.NAME
+        with self._lock:
+            cached = self._statuses.get(name)
+            if cached is None:
+                findings = self.preflight(backend) + self.cached_failures(backend)
+                cached = self._statuses[name] = BackendStatus.of(name, findings)
+            return cached
+
+    def preflight(self, backend: GdnBackend) -> list[Finding]:
+        """The pre-flight checks' findings for this backend on this process's facts."""
+
+        def run() -> list[Finding]:
+            from jitguard.findings.checks import preflight as run_checks
+
+            return list(run_checks(self.facts(), backend.NAME))
+
+        return guarded(backend.NAME, backend.TITLE, run)
+
+    def cached_failures(self, backend: GdnBackend) -> list[Finding]:
+        """A gdn-cached-failure finding when the failure cache holds a failure of this backend here."""
+        module = backend.MODULE
+        if module is None:
+            return []
+        return guarded(backend.NAME, backend.TITLE, lambda: self._cached_failure(backend, module))
+
+    def _cached_failure(self, backend: GdnBackend, module: str) -> list[Finding]:
+        fingerprint = self.facts().fingerprint
+        record = _failure_cache(self.cache_dir).get(module, fingerprint)
+        if record is None:
+            return []
+        previous = tuple(getattr(record, "findings", ()) or ())
+        codes = ", ".join(f.code for f in previous) or "no findings recorded"
+        created = getattr(record, "created", None)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else None
+        evidence = [f"[{f.code}] {f.title}" for f in previous]
+        if getattr(record, "log_path", None):
+            evidence.append(f"log: {record.log_path}")
+        return [
+            make(
+                "gdn-cached-failure",
+                backend=backend.NAME,
+                evidence=evidence,
+                title=backend.TITLE,
+                module=module,
+                fingerprint=str(fingerprint)[:12],
+                previous=f"[{codes}]" + (f" at {when}" if when else ""),
+            )
+        ]
+
+    def record_failure(self, backend: GdnBackend, findings: Sequence[Finding], log_path: str | None) -> None:
+        """Write the failure to the failure cache (best effort) and forget the cached status."""
+        with self._lock:
+            self._statuses.pop(backend.NAME, None)
+        if backend.MODULE is None:
+            return
+        module = backend.MODULE
+
+        def write() -> list[Finding]:
+            _failure_cache(self.cache_dir).record_failure(
+                module, self.facts().fingerprint, list(findings), log_path
+            )
+            return []
+
+        for problem in guarded(backend.NAME, backend.TITLE, write):
+            log.warning("jitguard: could not record the failure of %s: %s", module, problem.cause)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._statuses.clear()
+
+
+def _failure_cache(cache_dir: Path) -> Any:
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
+
+    return FailureCache(cache_dir, ttl=ttl_from_env())

@@ -1,0 +1,132 @@
+"""The package is the data path (README "Layout"): each stage imports only from the stages before it.
+
+Walks every module's imports with ``ast`` (function-level imports too: a lazy import is still a dependency;
+only ``if TYPE_CHECKING:`` blocks are skipped, since annotations create no runtime arrow)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jitguard
+
+PACKAGE = Path(jitguard.__file__).parent
+# Lowest first. `config` and `errors` are the ground every stage stands on; `report` holds pure renderers
+# (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
+# `state` is the record the build stage writes; the op (`gdn`) uses decision, state and the build stage;
+# the engine integrations use the op; the CLI sits on top of everything.
+STAGES = (
+    ("config", "errors"),
+    ("facts",),
+    ("findings",),
+    ("decision",),
+    ("report",),
+    ("state",),
+    ("supervise",),
+    ("gdn",),
+    ("integrations",),
+    ("cli", "__main__"),
+)
+RANK = {name: rank for rank, names in enumerate(STAGES) for name in names}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "jitguard" else None
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for rest in child.orelse:
+                    visit(rest)
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((child.lineno, alias.name) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                found.append((child.lineno, target))
+                if target == "jitguard":  # `from jitguard import facts` names a stage; `__version__` does not
+                    found.extend(
+                        (child.lineno, f"jitguard.{alias.name}")
+                        for alias in child.names
+                        if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").is_file()
+                    )
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def backward_imports() -> list[str]:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _stage(_module_name(path))
+        if source is None:  # jitguard/__init__.py: the public surface, lazily reaching into every stage
+            continue
+        if source not in RANK:
+            problems.append(f"{path.relative_to(PACKAGE)}: stage {source!r} is not placed in STAGES")
+            continue
+        for line, target in _imports(path):
+            stage = _stage(target)
+            if stage is None or stage == source:
+                continue
+            if stage not in RANK or RANK[stage] > RANK[source]:
+                problems.append(f"{path.relative_to(PACKAGE)}:{line}: {source} imports {target}")
+    return problems
+
+
+def test_every_stage_imports_only_from_the_stages_before_it() -> None:
+    assert backward_imports() == []
+
+
+def test_the_walker_sees_a_backward_import(tmp_path: Path) -> None:
+    """The check itself can fail: a lazy import of a later stage inside a function is reported."""
+    fake = tmp_path / "jitguard" / "facts"
+    fake.mkdir(parents=True)
+    (fake / "probe.py").write_text("def f():\n    from jitguard.cli import main\n    return main\n")
+    (tmp_path / "jitguard" / "__init__.py").write_text("")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path / "jitguard"
+    try:
+        assert backward_imports() == ["facts/probe.py:2: facts imports jitguard.cli"]
+    finally:
+        PACKAGE = saved
+
+
+def test_type_checking_imports_are_not_arrows(tmp_path: Path) -> None:
+    fake = tmp_path / "jitguard" / "facts"
+    fake.mkdir(parents=True)
+    (fake / "probe.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jitguard.cli import main\n"
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path / "jitguard"
+    try:
+        assert backward_imports() == []
+    finally:
+        PACKAGE = saved
