@@ -3,15 +3,20 @@ never import heavy packages (torch, flashinfer, triton) to learn a version.
 
 ``collect()`` runs every probe and returns one frozen ``Facts``; the checks in ``jitguard.findings`` turn it into
 findings. Each probe module exposes ``probe(...)`` returning its own frozen dataclass.
+
+A probe that raises (a missing dependency such as pyelftools, a bug, an OS surprise) never takes ``collect()``
+down: its place holds an ``Unavailable`` whose every attribute read raises ``FactUnavailable``, and
+``Facts.unavailable`` names it with the error. The checks turn that into a ``fact-unavailable`` finding for
+the checks that needed it, so a verdict says "unknown" there instead of "passed" (docs/failsafe.md).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from jitguard.facts.disk import DiskFacts
@@ -23,6 +28,42 @@ if TYPE_CHECKING:
     from jitguard.facts.memory import MemoryFacts
     from jitguard.facts.packages import PackageFacts
     from jitguard.facts.toolchain import ToolchainFacts
+
+
+T = TypeVar("T")
+
+
+class FactUnavailable(AttributeError):
+    """A check read a fact that could not be collected. An AttributeError, so defensive ``getattr(x, name,
+    default)`` readers (the fingerprint) see the default; direct reads raise this."""
+
+    def __init__(self, fact: str, error: str) -> None:
+        super().__init__(f"the {fact} facts could not be collected: {error}")
+        self.fact = fact
+        self.error = error
+
+
+class Unavailable:
+    """Stands in for one fact that could not be collected (see the module docstring)."""
+
+    __slots__ = ("_jitguard_error", "_jitguard_fact")
+
+    def __init__(self, fact: str, error: str) -> None:
+        object.__setattr__(self, "_jitguard_fact", fact)
+        object.__setattr__(self, "_jitguard_error", error)
+
+    def __getattr__(self, name: str) -> Any:
+        raise FactUnavailable(object.__getattribute__(self, "_jitguard_fact"), self._jitguard_error)
+
+    def __repr__(self) -> str:
+        return f"Unavailable({self._jitguard_fact!r}, {self._jitguard_error!r})"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of an exception, the form every fact-unavailable finding shows."""
+    if isinstance(exc, FactUnavailable):
+        return f"needs the {exc.fact} facts ({exc.error})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +78,8 @@ class Facts:
     flashinfer: FlashinferFacts
     environment: EnvironmentFacts
     fingerprint: str
+    # fact name -> the error its probe raised (its field then holds an Unavailable)
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
@@ -57,21 +100,38 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
 
     env = dict(os.environ if env is None else env)
     cache_dir = cache_dir or default_cache_dir(env)
-    tool = toolchain.probe(env)
-    pkgs = packages.probe()
-    gpu_facts = gpu.probe(env)
-    # Without FLASHINFER_CUDA_ARCH_LIST, FlashInfer names its workspace after the visible GPUs' archs.
-    arch = " ".join(flashinfer.arch_from_capability(*cc) for cc in gpu_facts.capability_pairs()) or None
-    fi = flashinfer.probe(pkgs, env, arch=arch)
-    parts = {
+    unavailable: dict[str, str] = {}
+
+    def run(name: str, probe: Callable[[], T]) -> T:
+        try:
+            return probe()
+        except Exception as exc:  # any probe's crash is one unknown fact, never a crash of collect()
+            unavailable[name] = describe_error(exc)
+            return Unavailable(name, unavailable[name])  # type: ignore[return-value]
+
+    tool = run("toolchain", lambda: toolchain.probe(env))
+    pkgs = run("packages", packages.probe)
+    gpu_facts = run("gpu", lambda: gpu.probe(env))
+
+    def flashinfer_facts() -> Any:
+        # Without FLASHINFER_CUDA_ARCH_LIST, FlashInfer names its workspace after the visible GPUs' archs.
+        pairs = gpu_facts.capability_pairs() if "gpu" not in unavailable else ()
+        arch = " ".join(flashinfer.arch_from_capability(*cc) for cc in pairs) or None
+        return flashinfer.probe(pkgs, env, arch=arch)
+
+    fi = run("flashinfer", flashinfer_facts)
+    parts: dict[str, Any] = {
         "gpu": gpu_facts,
         "toolchain": tool,
-        "link": libcuda.probe(tool, env, cache_dir=cache_dir),
-        "libstdcxx": libstdcxx.probe(tool, env),
-        "memory": memory.probe(),
-        "disk": disk.probe([fi.workspace_dir, cache_dir]),
+        "link": run("link", lambda: libcuda.probe(tool, env, cache_dir=cache_dir)),
+        "libstdcxx": run("libstdcxx", lambda: libstdcxx.probe(tool, env)),
+        "memory": run("memory", memory.probe),
+        "disk": run("disk", lambda: disk.probe([fi.workspace_dir, cache_dir])),
         "packages": pkgs,
         "flashinfer": fi,
-        "environment": environment.probe(env),
+        "environment": run("environment", lambda: environment.probe(env)),
     }
-    return Facts(**parts, fingerprint=fingerprint.compute(**parts))  # type: ignore[arg-type]
+    key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
+    if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
+        key = "unavailable"
+    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable))

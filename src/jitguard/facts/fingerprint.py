@@ -55,8 +55,9 @@ ENV_PREFIXES = ("FLASHINFER_",)
 
 
 def describe(**parts: Any) -> dict[str, Any]:
-    """What goes into the fingerprint, as plain data (shown by ``doctor --json``)."""
-    return {
+    """What goes into the fingerprint, as plain data (shown by ``doctor --json``). Facts that could not be
+    collected (``unavailable``: name -> error) are part of the key, so a fixed probe gives a new one."""
+    described = {
         "schema": SCHEMA,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "machine": platform.machine(),
@@ -67,6 +68,10 @@ def describe(**parts: Any) -> dict[str, Any]:
         "link": _link(parts.get("link")),
         "env": _env(parts.get("environment")),
     }
+    unavailable = parts.get("unavailable")
+    if unavailable:
+        described["unavailable"] = dict(sorted(unavailable.items()))
+    return described
 
 
 def compute(**parts: Any) -> str:

@@ -34,10 +34,10 @@ def blocking(findings: list[Finding]) -> list[Finding]:
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     unique = []
     for f in findings:
-        key = (f.code, f.backend)
+        key = (f.code, f.backend, f.title)  # the title tells two facts' `fact-unavailable` apart
         if key not in seen:
             seen.add(key)
             unique.append(f)

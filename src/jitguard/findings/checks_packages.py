@@ -21,6 +21,7 @@ from jitguard.facts.flashinfer import (
     ImportProbe,
 )
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
@@ -34,11 +35,11 @@ JIT_CACHE_TAGS = ("cu128", "cu129", "cu130")
 
 def check(facts: Facts, backend: str) -> list[Finding]:
     if backend == "flashinfer":
-        return _flashinfer(facts)
+        return unit(backend, lambda: _flashinfer(facts))
     if backend == "triton":
-        return _triton(facts.packages)
+        return unit(backend, lambda: _triton(facts.packages))
     if backend == "torch":
-        return _torch(facts.packages, "torch")
+        return unit(backend, lambda: _torch(facts.packages, "torch"))
     return []
 
 

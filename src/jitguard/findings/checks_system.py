@@ -7,7 +7,9 @@ directory concern every backend and carry ``backend="any"``.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,7 @@ from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
 from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.checks_packages import cuda_tag
 from jitguard.findings.model import Finding, Severity
 
@@ -37,14 +40,19 @@ BACKEND_LABELS = {
 
 
 def check(facts: Facts, backend: str) -> list[Finding]:
+    own_cache = unit(backend, lambda: _own_cache(facts))
     if backend not in ("flashinfer", "triton"):
-        return _own_cache(facts)
-    found = _gpu(facts, backend)
-    if backend == "flashinfer" and facts.flashinfer.installed:
-        found += _memory(facts)
-        found += _workspace(facts)
-        found += _environment(facts)
-    return found + _own_cache(facts)
+        return own_cache
+    found = unit(backend, lambda: _gpu(facts, backend))
+    if backend == "flashinfer":
+        # One unit each, so a fact that could not be collected costs only the checks that read it.
+        for check in (_memory, _workspace, _environment):
+            found += unit(backend, functools.partial(_if_installed, check, facts))
+    return found + own_cache
+
+
+def _if_installed(check: Callable[[Facts], list[Finding]], facts: Facts) -> list[Finding]:
+    return check(facts) if facts.flashinfer.installed else []
 
 
 # --- GPU

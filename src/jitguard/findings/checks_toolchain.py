@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.facts import elf
 from jitguard.facts.libstdcxx import FIRST_GCC_WITH, SONAME, LibstdcxxFacts
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
@@ -45,12 +46,24 @@ def check(facts: Facts, backend: str) -> list[Finding]:
     fi = getattr(facts, "flashinfer", None)
     if getattr(fi, "era", None) in _NO_HOST_BUILD_ERAS:
         return []
-    tc, link, lib = facts.toolchain, facts.link, facts.libstdcxx
     prebuilt = getattr(fi, "prebuilt_gdn", None)
     if prebuilt and os.path.exists(str(prebuilt)):
         # Nothing compiles or links: only the load can fail, and that is checked exactly on the module itself.
-        return check_built_library(Path(str(prebuilt)), lib, cxx_alternatives=tc.cxx_alternatives)
+        return unit(
+            BACKEND,
+            lambda: check_built_library(
+                Path(str(prebuilt)), facts.libstdcxx, cxx_alternatives=facts.toolchain.cxx_alternatives
+            ),
+        )
+    # Three units, so a fact that could not be collected (say libstdc++, without pyelftools) costs only the
+    # checks that read it: the link verdict still stands on its own evidence.
+    found = unit(BACKEND, lambda: _tools(facts))
+    found += unit(BACKEND, lambda: _link(facts))
+    return found + unit(BACKEND, lambda: _runtime_libstdcxx(facts))
 
+
+def _tools(facts: Facts) -> list[Finding]:
+    tc = facts.toolchain
     found: list[Finding] = []
     if not tc.cxx.usable:
         found.append(make("cxx-missing", backend=BACKEND, evidence=_tool_evidence(tc.cxx), **cxx_params(tc)))
@@ -78,6 +91,12 @@ def check(facts: Facts, backend: str) -> list[Finding]:
                 **header_params(tc),
             )
         )
+    return found
+
+
+def _link(facts: Facts) -> list[Finding]:
+    tc, link = facts.toolchain, facts.link
+    found: list[Finding] = []
     if link.error is None:
         for library in ("cudart", "cuda"):
             trial = link.trial(library)
@@ -90,6 +109,12 @@ def check(facts: Facts, backend: str) -> list[Finding]:
                         **link_params(library, link, tc),
                     )
                 )
+    return found
+
+
+def _runtime_libstdcxx(facts: Facts) -> list[Finding]:
+    tc, lib = facts.toolchain, facts.libstdcxx
+    found: list[Finding] = []
     if lib.runtime_older:
         found.append(
             make(

@@ -1,0 +1,106 @@
+"""Findings about jitguard itself: its installation, facts it could not collect, and its own faults at the
+boundary with an engine (docs/failsafe.md). A check unit that reads an unavailable fact yields one
+``fact-unavailable`` finding for it instead of crashing or guessing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from jitguard.facts import FactUnavailable
+from jitguard.facts.installation import package_for_module
+from jitguard.findings.catalog import make
+from jitguard.findings.model import Finding
+
+if TYPE_CHECKING:
+    from jitguard.facts.installation import InstallationFacts
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def repair(error: str) -> dict[str, Any]:
+    """The first fix for an error text: install the missing dependency it names, else check jitguard's own
+    installation."""
+    found = _NO_MODULE.search(error)
+    requirement = package_for_module(found.group(1)) if found else None
+    if requirement:
+        return {
+            "repair": f"Install jitguard's missing dependency {requirement.split('>')[0]}:",
+            "repair_command": f"pip install '{requirement}'",
+        }
+    return {"repair": "Check jitguard's own installation:", "repair_command": "jitguard doctor"}
+
+
+def unavailable(fact: str, error: str, backend: str = "any") -> Finding:
+    return make(
+        "fact-unavailable",
+        backend=backend,
+        evidence=[f"{fact}: {error}"],
+        fact=fact,
+        error=error,
+        **repair(error),
+    )
+
+
+def unit(backend: str, check: Callable[[], list[Finding]]) -> list[Finding]:
+    """Run one check unit; a fact it needs that could not be collected becomes a finding of its own."""
+    try:
+        return check()
+    except FactUnavailable as exc:
+        return [unavailable(exc.fact, exc.error, backend)]
+
+
+def fault(where: str, then: str, exc: BaseException) -> Finding:
+    """jitguard itself failed inside ``where`` (e.g. "the FlashInfer build hook"); ``then`` says what happens
+    now (e.g. "FlashInfer builds as it would without jitguard")."""
+    import traceback
+
+    error = f"{type(exc).__name__}: {exc}"
+    return make(
+        "jitguard-fault",
+        evidence=traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:],
+        where=where,
+        then=then,
+        error=error,
+        **repair(error),
+    )
+
+
+def installation(facts: InstallationFacts) -> list[Finding]:
+    """jitguard's own installation, checked first by `jitguard doctor`."""
+    found = [
+        make(
+            "jitguard-dependency-missing",
+            evidence=[f"import {d.module}: {d.error}"],
+            package=d.package,
+            module=d.module,
+            requirement=d.requirement,
+            error=d.error,
+        )
+        for d in facts.broken
+    ]
+    found += [
+        make(
+            "jitguard-entry-point-missing",
+            evidence=[f"{group}: {name}"],
+            group=group,
+            name=name,
+            effect=effect,
+        )
+        for group, name, effect in facts.missing_entry_points
+    ]
+    if facts.installed_version is not None and facts.installed_version != facts.imported_version:
+        found.append(
+            make(
+                "jitguard-version-mismatch",
+                evidence=[
+                    f"jitguard.__version__ = {facts.imported_version} ({facts.location})",
+                    f"installed distribution: {facts.installed_version}",
+                ],
+                imported=facts.imported_version,
+                location=facts.location,
+                installed=facts.installed_version,
+            )
+        )
+    return found
