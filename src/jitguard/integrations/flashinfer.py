@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from jitguard.config import Settings
+from jitguard.integrations.boundary import shielded
 from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")
@@ -125,16 +126,26 @@ def _replace(key: str, owner: Any, attribute: str, make: Any) -> None:
     _patched[key] = (owner, attribute, original)
 
 
+# What a hook body returns to say "do what FlashInfer does without jitguard".
+_STOCK: Any = object()
+
+
 def _guarded_build_and_load(original: Any) -> Any:
     @functools.wraps(original)
     def build_and_load(self: Any) -> Any:
-        # Stock behaviour when jitguard is switched off after install, for prebuilt (AOT) modules, and when
-        # FlashInfer's JIT is disabled (it then raises its own MissingJITCacheError, which callers expect).
-        if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
-            return original(self)
-        from jitguard.supervise.flashinfer_build import build_spec
+        def supervised() -> Any:
+            # Stock behaviour when jitguard is switched off after install, for prebuilt (AOT) modules, and when
+            # FlashInfer's JIT is disabled (it raises its own MissingJITCacheError, which callers expect).
+            if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
+                return _STOCK
+            from jitguard.supervise.flashinfer_build import build_spec
 
-        return build_spec(self, load=self.load).loaded
+            return build_spec(self, load=self.load).loaded
+
+        loaded = shielded(
+            "the FlashInfer build hook", "FlashInfer builds and loads as without jitguard", supervised, _stock
+        )
+        return original(self) if loaded is _STOCK else loaded
 
     return build_and_load
 
@@ -142,20 +153,32 @@ def _guarded_build_and_load(original: Any) -> Any:
 def _guarded_run_ninja(original: Any) -> Any:
     @functools.wraps(original)
     def run_ninja(workdir: Any, ninja_file: Any, verbose: bool = False, *args: Any, **kwargs: Any) -> None:
-        if Settings.from_env().disabled or args or kwargs:
-            return original(workdir, ninja_file, verbose, *args, **kwargs)
-        from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
+        def supervised() -> Any:
+            if Settings.from_env().disabled or args or kwargs:
+                return _STOCK
+            from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
 
-        run_ninja_for_flashinfer(workdir, ninja_file, verbose)
+            run_ninja_for_flashinfer(workdir, ninja_file, verbose)
+            return None
+
+        ran = shielded("the FlashInfer ninja hook", "ninja runs as FlashInfer starts it", supervised, _stock)
+        if ran is _STOCK:
+            return original(workdir, ninja_file, verbose, *args, **kwargs)
         return None
 
     return run_ninja
 
 
+def _stock() -> Any:
+    return _STOCK
+
+
 def _on_core_import(core: ModuleType) -> None:
     # An installed hook stays on sys.meta_path; JITGUARD_DISABLE=1 set afterwards still means stock FlashInfer.
-    if not Settings.from_env().disabled:
-        _patch(core)
+    def patch() -> bool:
+        return not Settings.from_env().disabled and _patch(core)
+
+    shielded("patching FlashInfer's JIT", "FlashInfer's builds are not guarded", patch, lambda: False)
 
 
 class _CoreImportHook(PostImportHook):

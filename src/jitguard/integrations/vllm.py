@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
+from jitguard.decision.gdn import UNVERIFIED
 from jitguard.errors import BackendUnavailable
+from jitguard.integrations.boundary import report_fault, shielded, with_deadline
 from jitguard.integrations.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
@@ -138,9 +140,7 @@ class VllmBackendUnavailable(BackendUnavailable):
         ]
         blocking = [f for f in self.findings if f.severity == "error"] or list(self.findings)
         for f in blocking:
-            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
-            for fix in f.fixes[:2]:
-                lines.append(f"    Fix: {fix.render()}")
+            lines += f.render_lines()
         lines.append(
             f"  Or serve with {FLAG} {TRITON}, or without {FLAG}: jitguard then uses Triton/FLA here on its own."
         )
@@ -174,9 +174,11 @@ class GdnGuard:
             self._announced.clear()
 
     def status(self) -> BackendStatus:
+        """FlashInfer's status, taken once; a pre-flight that hangs (a wedged driver, a stuck filesystem) is
+        given up after JITGUARD_PREFLIGHT_TIMEOUT, so the engine never waits on jitguard."""
         with self._lock:
             if self._status is None:
-                self._status = self._provider()
+                self._status = with_deadline("jitguard's FlashInfer pre-flight", self._provider)
             return self._status
 
     def choose(self, requested: str, chosen: str) -> str:
@@ -190,15 +192,7 @@ class GdnGuard:
                 verdict = decide(requested, chosen, self.status)
             except Exception as exc:
                 self._status_failed = True
-                log.warning(
-                    "jitguard: could not check whether FlashInfer %s works here (%s: %s); vLLM's choice "
-                    "(%s) stands. Report this with the output of `jitguard doctor --json`.",
-                    OP,
-                    type(exc).__name__,
-                    exc,
-                    chosen,
-                    exc_info=log.isEnabledFor(logging.DEBUG),
-                )
+                report_fault(f"the check of FlashInfer {OP}", f"vLLM's choice ({chosen}) stands", exc)
                 return chosen
             self._announce(verdict)
             if verdict.action == "refuse":
@@ -211,7 +205,7 @@ class GdnGuard:
             self._announced.add("fallback")
             f = verdict.primary
             what = f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out"
-            fix = f" Fix: {f.fixes[0].render()}." if f and f.fixes else ""
+            fix = f"{f.fix_suffix()}." if f and f.fixes else ""
             log.warning(
                 "jitguard: vLLM chose FlashInfer %s (%s %s), but it cannot work here: %s.%s Using Triton/FLA "
                 "instead (same results, slower prefill). Details: `jitguard doctor`; to keep vLLM's choice: "
@@ -224,6 +218,17 @@ class GdnGuard:
             )
         elif verdict.action == "keep" and verdict.status is not None and "keep" not in self._announced:
             self._announced.add("keep")
+            unknown = [f for f in verdict.status.findings if f.code == UNVERIFIED]
+            if unknown:  # never "passed" for a check that did not run
+                log.warning(
+                    "jitguard: could not verify FlashInfer %s here: [%s] %s.%s vLLM's choice (flashinfer) "
+                    "stands; its JIT build is still supervised.",
+                    OP,
+                    unknown[0].code,
+                    unknown[0].title,
+                    unknown[0].fix_suffix(),
+                )
+                return
             log.info(
                 "jitguard: FlashInfer %s passed pre-flight here; its JIT build is supervised and shared by "
                 "the ranks.",
@@ -238,7 +243,7 @@ def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
     ``from ... import``), so replacing the module attribute reaches all of them."""
     original = getattr(module, CURRENT.target, None)
     if not callable(original):
-        log.debug("jitguard: %s has no %s; GDN prefill choice not guarded", module.__name__, CURRENT.target)
+        _layout_moved(module.__name__, CURRENT.target)
         return False
     if hasattr(original, _MARK):
         return True
@@ -250,7 +255,12 @@ def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
             requested, active = result
         except (TypeError, ValueError):
             return result  # not the (requested, active) pair this wrapper knows: leave it alone
-        backend = guard.choose(normalise_request(requested), str(active))
+        backend = shielded(
+            "vLLM's GDN prefill choice",
+            f"vLLM's choice ({active}) stands",
+            lambda: guard.choose(normalise_request(requested), str(active)),
+            lambda: str(active),
+        )
         return result if backend == active else (requested, backend)
 
     setattr(resolve_gdn_prefill_backend, _MARK, original)
@@ -266,9 +276,10 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
     cls = module.__dict__.get("ChunkGatedDeltaRule")
     original = getattr(cls, "__init__", None) if cls is not None else None
     if cls is None or not callable(original) or not hasattr(cls, "forward_native"):
-        log.debug(
-            "jitguard: %s has no ChunkGatedDeltaRule as jitguard knows it; not guarded", module.__name__
-        )
+        if module.__name__ == MODEL_FILE.module:  # later releases keep only the model here: expected
+            log.debug("jitguard: %s defines no ChunkGatedDeltaRule; nothing to guard there", module.__name__)
+        else:
+            _layout_moved(module.__name__, "ChunkGatedDeltaRule.__init__")
         return False
     if hasattr(original, _MARK):
         return True
@@ -283,12 +294,28 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
         original(self, *args, **kwargs)
         if getattr(self, "_forward_method", None) != self.forward_cuda:
             return  # vLLM chose Triton/FLA itself: nothing to check
-        if guard.choose(requested_backend(), FLASHINFER) != FLASHINFER:
+        backend = shielded(
+            "vLLM's GDN prefill choice",
+            "vLLM's choice (flashinfer) stands",
+            lambda: guard.choose(requested_backend(), FLASHINFER),
+            lambda: FLASHINFER,
+        )
+        if backend != FLASHINFER:
             self._forward_method = self.forward_native
 
     setattr(__init__, _MARK, original)
     cls.__init__ = __init__
     return True
+
+
+def _layout_moved(module: str, target: str) -> None:
+    """vLLM's code moved under jitguard: say so once; vLLM then runs exactly as without jitguard."""
+    log.warning(
+        "jitguard: [jitguard-fault] %s has no %s as jitguard knows it (this vLLM moved it); the GDN prefill "
+        "choice is vLLM's own, unguarded. Fix: upgrade jitguard (`pip install -U .` from a newer checkout).",
+        module,
+        target,
+    )
 
 
 _PATCHES: dict[str, Callable[[ModuleType, GdnGuard], bool]] = {
@@ -311,13 +338,14 @@ def _unpatch(module: ModuleType) -> None:
 
 def _apply(module: ModuleType) -> None:
     """Patch a freshly imported layout module; never let a surprise in vLLM's code break its import."""
-    try:
-        if _PATCHES[module.__name__](module, _guard):
-            log.debug("jitguard: guarding the GDN prefill backend choice in %s", module.__name__)
-    except Exception:
-        log.warning(
-            "jitguard: could not patch %s; GDN prefill choice not guarded", module.__name__, exc_info=True
-        )
+    patched = shielded(
+        f"patching {module.__name__}",
+        "vLLM's GDN prefill choice is its own, unguarded",
+        lambda: _PATCHES[module.__name__](module, _guard),
+        lambda: False,
+    )
+    if patched:
+        log.debug("jitguard: guarding the GDN prefill backend choice in %s", module.__name__)
 
 
 class _LayoutImportHook(PostImportHook):
