@@ -146,7 +146,46 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     return out
 
 
+def fault_in_hook(tiny_source: str) -> dict[str, Any]:
+    """jitguard broken inside the build hook (an injected bug in build_spec; a malformed JITGUARD_* setting):
+    FlashInfer's own build_and_load runs instead, one jitguard-fault warning, nothing raised into FlashInfer."""
+    import logging
+
+    import jitguard
+    from jitguard.supervise import flashinfer_build
+
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                records.append(record.getMessage())
+
+    logging.getLogger("jitguard").addHandler(Collect())
+    jitguard.install()
+    from flashinfer.jit import core
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected bug in jitguard's build_spec")
+
+    flashinfer_build.build_spec = broken  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    for name, env in (("injected", {}), ("malformed-setting", {"JITGUARD_MEMORY_BUDGET": "banana"})):
+        os.environ.update(env)
+        spec = core.gen_jit_spec(f"jitguard_test_fault_{name.replace('-', '_')}", [tiny_source])
+        try:
+            out[name] = {"loaded": type(spec.build_and_load()).__name__, "so": spec.jit_library_path.exists()}
+            out[name]["again"] = type(spec.build_and_load()).__name__
+        except Exception as exc:
+            out[name] = _failure(exc)
+        for key in env:
+            del os.environ[key]
+    out["warnings"] = records
+    return out
+
+
 SCENARIOS = {
+    "fault-in-hook": fault_in_hook,
     "gdn-preflight": gdn_preflight,
     "eager-install": eager_install,
     "disabled": disabled,

@@ -169,3 +169,27 @@ def test_a_real_compile_error_is_classified_cached_and_retried_once_the_source_c
     assert first["log_path"] and "bad.cu" in Path(first["log_path"]).read_text()
     assert second["type"] == "CachedBuildFailure" and second["codes"] == first["codes"]
     assert stubbed["bad_fixed"] == {"type": None}
+
+
+def test_a_fault_inside_the_hook_takes_flashinfers_own_path_with_one_warning(
+    root: Path, tmp_path_factory: pytest.TempPathFactory, stub_libcuda_builder: Callable[..., Path]
+) -> None:
+    """docs/failsafe.md: a jitguard bug or a malformed setting inside build_and_load never reaches FlashInfer's
+    caller; FlashInfer builds and loads the module itself, as without jitguard."""
+    work = stub_libcuda_builder(tmp_path_factory.mktemp("fault"))
+    tiny = work / "tiny.cu"
+    tiny.write_text("__global__ void jitguard_tiny(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    toolkits = [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
+    cuda_home = next((t for t in toolkits if (t / "lib64" / "libcudart.so").exists()), None)
+    if cuda_home is None:
+        pytest.skip(f"no CUDA toolkit with lib64/libcudart.so among {toolkits}")
+    env = _env(root, FLASHINFER_EXTRA_LDFLAGS=f"-L{work}", CUDA_HOME=str(cuda_home))
+    out = _run("fault-in-hook", env, str(tiny))
+    for case in ("injected", "malformed-setting"):
+        assert out[case] == {"loaded": "Module", "so": True, "again": "Module"}, out[case]
+    faults = [w for w in out["warnings"] if "[jitguard-fault]" in w]
+    # One warning per place and kind of fault, not one per call: the injected bug in build_and_load, then the
+    # malformed setting in build_and_load and in the ninja hook FlashInfer's own build went through.
+    assert len(faults) == 3, out["warnings"]
+    assert "injected bug" in faults[0] and "build hook" in faults[0]
+    assert all("JITGUARD_MEMORY_BUDGET" in f for f in faults[1:]) and "ninja hook" in faults[2]

@@ -56,6 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_FAILURE
+    except (
+        ImportError
+    ) as exc:  # one of jitguard's own dependencies is missing or broken: say which, no traceback
+        from jitguard.findings.checks_jitguard import repair
+
+        fix = repair(f"{type(exc).__name__}: {exc}")
+        sys.stderr.write(
+            f"jitguard: [jitguard-dependency-missing] {type(exc).__name__}: {exc}\n"
+            f"  Fix: {fix['repair']} `{fix['repair_command']}`\n"
+        )
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

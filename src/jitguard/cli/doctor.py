@@ -62,6 +62,7 @@ def execute(args: argparse.Namespace) -> int:
             f"Run `jitguard doctor --backend flashinfer --compile`, or drop --compile."
         )
     settings = Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2
+    own = _installation()  # jitguard's own install first: a broken one explains whatever follows
     facts = collect(cache_dir=settings.cache_dir)
     backends = ("flashinfer", "triton", "torch") if args.backend == "all" else (args.backend,)
     results = {name: preflight(facts, name) for name in backends}
@@ -71,17 +72,25 @@ def execute(args: argparse.Namespace) -> int:
     if args.compile and "flashinfer" in results:
         results["flashinfer"] = _with_probe(results["flashinfer"], _compile_probe(facts, settings))
     decision = _gdn_decision(facts)
-    code = EXIT_FAILURE if any(f.blocking for fs in results.values() for f in fs) else EXIT_OK
+    blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
+    code = EXIT_FAILURE if blocked else EXIT_OK
 
     if args.json:
         from jitguard.cli.envelope import dumps
 
-        sys.stdout.write(dumps("doctor", _payload(facts, results, decision, code)) + "\n")
+        sys.stdout.write(dumps("doctor", _payload(facts, own, results, decision, code)) + "\n")
     else:
         from jitguard.cli.report import render_doctor
 
-        render_doctor(facts, results, decision)
+        render_doctor(facts, results, decision, own=own)
     return code
+
+
+def _installation() -> list[Finding]:
+    from jitguard.facts.installation import probe
+    from jitguard.findings.checks_jitguard import installation
+
+    return installation(probe())
 
 
 def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
@@ -108,21 +117,25 @@ def _with_probe(preflight: list[Finding], probe: list[Finding]) -> list[Finding]
 
 def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
     """What `backend='auto'` GDN prefill would pick here, and why the others were skipped."""
-    try:
-        from jitguard.gdn.dispatch import describe_auto
-    except ImportError:
-        return None
+    from jitguard.gdn.dispatch import describe_auto
+
     return describe_auto(facts=facts)
 
 
 def _payload(
-    facts: Facts, results: dict[str, list[Finding]], decision: dict[str, Any] | None, code: int
+    facts: Facts,
+    own: list[Finding],
+    results: dict[str, list[Finding]],
+    decision: dict[str, Any] | None,
+    code: int,
 ) -> dict[str, Any]:
     from jitguard.facts.serialize import facts_to_json
 
     return {
         "fingerprint": facts.fingerprint,
         "exit_code": code,
+        "jitguard": {"ok": not own, "findings": [f.to_json() for f in own]},
+        "unavailable_facts": dict(facts.unavailable),
         "backends": {
             name: {
                 "usable": not any(f.blocking for f in findings),

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from jitguard.config import format_bytes
-
-if TYPE_CHECKING:
-    from jitguard.facts import Facts
+from jitguard.facts import Facts, FactUnavailable
 
 
 def machine_rows(facts: Facts) -> list[tuple[str, str]]:
-    return [
-        ("GPU", _gpu(facts)),
-        ("CPU / memory", _memory(facts)),
-        ("CUDA toolchain", _toolchain(facts)),
-        ("linker", _link(facts)),
-        ("libstdc++", _libstdcxx(facts)),
-        ("FlashInfer", _flashinfer(facts)),
-        ("packages", _packages(facts)),
-        ("fingerprint", facts.fingerprint[:16]),
+    rows = (
+        ("GPU", _gpu),
+        ("CPU / memory", _memory),
+        ("CUDA toolchain", _toolchain),
+        ("linker", _link),
+        ("libstdc++", _libstdcxx),
+        ("FlashInfer", _flashinfer),
+        ("packages", _packages),
+    )
+    return [(label, _row(describe, facts)) for label, describe in rows] + [
+        ("fingerprint", facts.fingerprint[:16])
     ]
+
+
+def _row(describe: Callable[[Facts], str], facts: Facts) -> str:
+    """One row; a fact that could not be collected reads as unknown, with why."""
+    try:
+        return describe(facts)
+    except FactUnavailable as exc:
+        return f"unknown: {exc.error}"
 
 
 def _gpu(facts: Facts) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -49,13 +49,22 @@ def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = 
 
 
 def render_doctor(
-    facts: Facts, results: Mapping[str, list[Finding]], decision: Mapping[str, Any] | None, stream: Any = None
+    facts: Facts,
+    results: Mapping[str, list[Finding]],
+    decision: Mapping[str, Any] | None,
+    stream: Any = None,
+    *,
+    own: Sequence[Finding] = (),
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
     out = console(stream)
     out.print("[bold]jitguard doctor[/]")
     out.print()
+    if own:  # jitguard's own installation first: a broken one explains whatever follows
+        out.print("[bold]jitguard itself[/]  [bold red]needs repair[/]")
+        render_findings(out, list(own))
+        out.print()
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -95,7 +104,7 @@ def render_doctor(
             out.print(
                 f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
             )
-    todo = _next_steps(results)
+    todo = _next_steps({"jitguard": list(own), **results})
     if todo:
         out.print()
         out.print("[bold]What to do[/]")

@@ -9,6 +9,10 @@ from typing import Any
 
 
 def to_plain(value: Any) -> Any:
+    from jitguard.facts import Unavailable
+
+    if isinstance(value, Unavailable):
+        return {"unavailable": value._jitguard_error}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -11,6 +11,8 @@ line. SPEC keys:
   environment. Without it the plugin's default status provider runs unchanged.
 - ``failure``: a finding code recorded in jitguard's real failure cache for FlashInfer GDN before vLLM starts.
 - ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
+- ``block``: modules made unimportable before anything else (tests/breakage.py), e.g. ``["elftools"]``.
+- ``inject``: ``[probe, "raise" | "hang"]``: one of jitguard's fact probes broken on purpose.
 
 The one part that cannot be real here is the GPU: vLLM's GDN layer module gets a CUDA SM90 platform object
 (vLLM's own ``Platform`` class, capability 9.0) in place of ``current_platform``, so vLLM's real selection
@@ -93,7 +95,18 @@ def qwen3_next_config(directory: Path) -> Path:
     return directory
 
 
+def break_jitguard(spec: dict[str, Any]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for breakage.py
+    import breakage
+
+    if spec.get("block"):
+        breakage.block(spec["block"])
+    if spec.get("inject"):
+        breakage.inject(*spec["inject"])
+
+
 def main(spec: dict[str, Any]) -> dict[str, Any]:
+    break_jitguard(spec)
     import vllm
     from vllm.plugins import load_general_plugins
 
@@ -176,7 +189,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         from jitguard.integrations import flashinfer as flashinfer_hook
 
         result["build_hook_active"] = flashinfer_hook.is_active()
-    if result["status_calls"]:
+    if result["status_calls"] and not (spec.get("inject") and spec["inject"][1] == "hang"):
         status = plugin.guard().status()
         result["status"] = {
             "usable": status.usable,
