@@ -14,19 +14,28 @@ EXIT_USAGE = 2
 
 
 class JitguardError(Exception):
-    """Base class. ``exit_code`` follows DESIGN.md: 1 blocking finding / failed build, 2 usage error."""
+    """Base class. ``exit_code`` follows DESIGN.md: 1 blocking finding / failed build, 2 usage error.
+
+    ``kind`` names the class of error in the ``jitguard.error/1`` JSON envelope; ``findings`` and ``log_path``
+    are what a subclass can say beyond its message."""
 
     exit_code = EXIT_FAILURE
+    kind = "error"
+    findings: tuple[Finding, ...] = ()
+    log_path: str | None = None
 
 
 class UsageError(JitguardError):
     """Bad input from the user: a flag, an argument or an environment variable."""
 
     exit_code = EXIT_USAGE
+    kind = "usage"
 
 
 class ConfigError(UsageError):
     """A malformed environment variable or setting; names the variable, the value and what is accepted."""
+
+    kind = "config"
 
     def __init__(self, name: str, value: str, expected: str) -> None:
         self.name = name
@@ -39,6 +48,8 @@ class ConfigError(UsageError):
 
 class BackendUnavailable(JitguardError):
     """A backend the user named explicitly cannot run here. Carries the findings that say why."""
+
+    kind = "backend-unavailable"
 
     def __init__(self, op: str, backend: str, findings: Sequence[Finding], alternative: str | None = None):
         self.op = op
@@ -59,6 +70,8 @@ class BackendUnavailable(JitguardError):
 
 class BuildFailed(JitguardError):
     """A supervised build failed. Carries the classified findings and the path of the full log."""
+
+    kind = "build-failed"
 
     def __init__(self, module: str, findings: Sequence[Finding], log_path: str | None, detail: str = ""):
         self.module = module

@@ -7,18 +7,19 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from jitguard import __version__
-from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError
+from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError, UsageError
 
 COMMANDS = ("doctor", "build", "cache", "gdn")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
+        # Raised, not exited: main() reports it like every other usage error (as an envelope under --json).
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"jitguard: error: {message}\n")
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError(f"{message}. See `{self.prog} --help`.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,15 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "execute", None):
-        parser.print_help()
-        return EXIT_USAGE
+    args: argparse.Namespace | None = None
     try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "execute", None):
+            parser.print_help()
+            return EXIT_USAGE
         return int(args.execute(args))
     except JitguardError as exc:
         sys.stderr.write(f"jitguard: {exc}\n")
+        if _wants_json(args, argv):
+            from jitguard.cli.envelope import error_dumps
+
+            sys.stdout.write(error_dumps(exc) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("jitguard: interrupted\n")
@@ -67,6 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  Fix: {fix['repair']} `{fix['repair_command']}`\n"
         )
         return EXIT_FAILURE
+
+
+def _wants_json(args: argparse.Namespace | None, argv: list[str]) -> bool:
+    """Whether the command was asked for JSON; when the arguments did not parse, whether they ask for it."""
+    if args is not None:
+        return bool(getattr(args, "json", False))
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in options
 
 
 if __name__ == "__main__":

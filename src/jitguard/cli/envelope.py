@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from jitguard import __version__
+from jitguard.errors import JitguardError
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REDACTED = "<redacted>"
@@ -30,3 +31,17 @@ def envelope(command: str, payload: dict[str, Any], *, version: int = 1) -> dict
 
 def dumps(command: str, payload: dict[str, Any], *, version: int = 1) -> str:
     return json.dumps(envelope(command, payload, version=version), indent=2, sort_keys=False, default=str)
+
+
+def error_dumps(error: JitguardError) -> str:
+    """The ``jitguard.error/1`` envelope: what a ``--json`` command prints when it fails before its result."""
+    payload = {
+        "error": {
+            "kind": error.kind,
+            "message": str(error),
+            "exit_code": error.exit_code,
+            "findings": [f.to_json() for f in error.findings],
+            "log_path": error.log_path,
+        }
+    }
+    return dumps("error", payload)

@@ -18,6 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
+from envelope_schemas import assert_rejected, assert_valid
+from fake_dists import make_dist
 from flashinfer_066 import NEEDS_FLASHINFER_066
 
 pytestmark = NEEDS_FLASHINFER_066
@@ -65,6 +67,7 @@ def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path
     result = _jitguard(["build", "flashinfer-gdn", "--workspace", str(workspace), "--json"], _env(tmp_path))
     assert result.returncode == 1, result.stderr
     payload: dict[str, Any] = json.loads(result.stdout)
+    assert_valid(payload)
     assert payload["schema"] == "jitguard.build.flashinfer-gdn/1"
     assert payload["ok"] is False and payload["module"] == "gdn_prefill_sm90"
     assert "link-missing-libcuda" in [f["code"] for f in payload["findings"]]
@@ -72,9 +75,24 @@ def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path
     # Stopped before FlashInfer was even imported: it did not create its workspace.
     assert not workspace.exists()
 
+    assert_rejected({**payload, "findings": []})  # a failure that does not say why
+    assert_rejected({**payload, "status": "built"})
+
     again = _jitguard(["build", "flashinfer-gdn", "--workspace", str(workspace)], _env(tmp_path))
     assert again.returncode == 1
     assert "failure cache" in again.stderr and "link-missing-libcuda" in again.stderr
+
+
+def test_a_cutedsl_era_flashinfer_has_nothing_to_build(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    make_dist(site, "flashinfer-python", "0.6.14")  # found before the real 0.6.6: its metadata is all we read
+    result = _jitguard(["build", "flashinfer-gdn", "--json"], _env(tmp_path, PYTHONPATH=str(site)))
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert_valid(payload)
+    assert (payload["status"], payload["ok"]) == ("nothing-to-build", True)
+    assert "CuTeDSL" in payload["reason"]
+    assert_rejected({**payload, "reason": ""})
 
 
 def test_with_the_fix_the_build_starts_through_the_runner_and_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -104,6 +122,7 @@ def test_with_the_fix_the_build_starts_through_the_runner_and_leaves_nothing_beh
     result = _jitguard(args, env)
     assert result.returncode == 1, result.stderr
     payload = json.loads(result.stdout)
+    assert_valid(payload)
     assert [f["code"] for f in payload["findings"]] == ["build-timeout"]
     log = Path(payload["log_path"])
     assert log.parent == tmp_path / "cache" / "logs"
