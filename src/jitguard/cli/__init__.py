@@ -63,9 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_FAILURE
-    except (
-        ImportError
-    ) as exc:  # one of jitguard's own dependencies is missing or broken: say which, no traceback
+    except ImportError as exc:
+        # One of jitguard's own dependencies is missing or broken: say which and how to fix it, no traceback.
         from jitguard.findings.checks_jitguard import repair
 
         fix = repair(f"{type(exc).__name__}: {exc}")

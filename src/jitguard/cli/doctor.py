@@ -134,7 +134,7 @@ def _payload(
     return {
         "fingerprint": facts.fingerprint,
         "exit_code": code,
-        "jitguard": {"ok": not own, "findings": [f.to_json() for f in own]},
+        "installation": {"ok": not own, "findings": [f.to_json() for f in own]},
         "unavailable_facts": dict(facts.unavailable),
         "backends": {
             name: {

@@ -67,7 +67,7 @@ def test_doctor_without_a_dependency_names_it_and_its_fix_without_a_traceback(
 def test_doctor_json_without_pyelftools_reports_the_install_and_the_unknown_fact(tmp_path: Path) -> None:
     done = run(tmp_path, ["-m", "jitguard", "doctor", "--json"], block_modules=["elftools"])
     payload = json.loads(done.stdout)
-    assert [f["code"] for f in payload["jitguard"]["findings"]] == ["jitguard-dependency-missing"]
+    assert [f["code"] for f in payload["installation"]["findings"]] == ["jitguard-dependency-missing"]
     assert "elftools" in payload["unavailable_facts"]["libstdcxx"]
     flashinfer = payload["backends"]["flashinfer"]["findings"]
     unknown = [f for f in flashinfer if f["code"] == "fact-unavailable"]
