@@ -1,5 +1,6 @@
-"""jitguard's settings, read from JITGUARD_* environment variables. Malformed values raise ConfigError
-(exit code 2) naming the variable, the value and what is accepted; they never fall back silently."""
+"""jitguard's settings, read from JITGUARD_* environment variables and command-line flags, and the one place
+that parses and formats them (sizes, durations, job counts). Malformed or out-of-range values raise ConfigError
+(exit code 2) naming the variable or flag, the value and the allowed range; they never fall back silently."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from jitguard.errors import ConfigError
 
 GDN_BACKENDS = ("auto", "flashinfer", "triton", "torch")
+MAX_JOBS = 1024  # parallel compile jobs; also the number of host-wide slots one build may ask for
+MAX_SIZE = 1024**5  # 1 PiB: more memory than any host has, and a bound that 400-digit values cannot overflow
+MAX_DURATION_S = 366 * 86400.0  # one year
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
+# ASCII digits only: str.isdigit() and \d accept '²' or '٣', which int() then rejects or reads unexpectedly.
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE | re.ASCII)
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)?\s*$", re.IGNORECASE | re.ASCII)
+_JOBS_RE = re.compile(r"^\s*[0-9]+\s*$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,14 @@ class MemorySpec:
 
 
 def parse_size(text: str, *, name: str = "size") -> int:
-    """'32G', '512M', '6GiB', '1024' (bytes) -> bytes."""
+    """'32G', '512M', '6GiB', '1024' (bytes) -> bytes, at most ``MAX_SIZE``."""
     m = _SIZE_RE.match(text)
     if not m:
         raise ConfigError(name, text, "a size such as 32G, 512M or 6GiB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+    value = Decimal(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]  # exact: no float overflow to infinity
+    if value > MAX_SIZE:
+        raise ConfigError(name, text, "a size of at most 1024T (1 PiB), such as 32G")
+    return int(value)
 
 
 def parse_memory_spec(text: str, *, name: str = "memory budget") -> MemorySpec:
@@ -68,7 +78,31 @@ def parse_duration(text: str, *, name: str = "duration") -> float:
     if not m:
         raise ConfigError(name, text, "a duration in seconds, or with a unit: 90s, 10m, 1h")
     scale = {"s": 1, "m": 60, "h": 3600}[(m.group(2) or "s").lower()]
-    return float(m.group(1)) * scale
+    value = Decimal(m.group(1)) * scale
+    if value > Decimal(MAX_DURATION_S):
+        raise ConfigError(name, text, "a duration of at most 8784h (one year), such as 90m")
+    return float(value)
+
+
+def parse_jobs(text: str, *, name: str = "--jobs") -> int | None:
+    """'auto' -> None (plan from the memory budget); '4' -> 4, from 1 to ``MAX_JOBS``."""
+    if text.strip().lower() == "auto":
+        return None
+    if not _JOBS_RE.match(text) or not 1 <= int(text) <= MAX_JOBS:
+        raise ConfigError(name, text, f"auto or a whole number of jobs from 1 to {MAX_JOBS}, such as 4")
+    return int(text)
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people: '42 s', '7.5 min', '3.2 h', '2.0 d'."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def format_bytes(n: float) -> str:

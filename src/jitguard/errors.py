@@ -41,9 +41,12 @@ class ConfigError(UsageError):
         self.name = name
         self.value = value
         self.expected = expected
-        super().__init__(
-            f"{name}={value!r} is not valid: expected {expected}. Fix the value or unset {name}."
-        )
+        shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+        if name.startswith("-"):  # a command-line flag
+            message = f"{name} {shown} is not valid: expected {expected}."
+        else:
+            message = f"{name}={shown} is not valid: expected {expected}. Fix the value or unset {name}."
+        super().__init__(message)
 
 
 class BackendUnavailable(JitguardError):

@@ -103,17 +103,38 @@ def _ninja_file(path: str) -> Path:
     return candidate.resolve()
 
 
+def _log_path(text: str | None) -> Path | None:
+    """``--log``: a regular file jitguard can append to (created if missing), never a directory, a device or a
+    file of /proc, /sys or /dev (writing a log line into /proc/sysrq-trigger would be an action)."""
+    if not text:
+        return None
+    path = Path(text).expanduser().resolve()
+    example = "e.g. --log /tmp/build.log"
+    if path.is_dir():
+        raise UsageError(
+            f"--log {text}: is a directory; give the path of a file, e.g. --log {path / 'build.log'}"
+        )
+    if any(path.is_relative_to(p) for p in (Path("/proc"), Path("/sys"), Path("/dev"))):
+        raise UsageError(
+            f"--log {text}: is not a place for a log ({path} is a kernel or device file); {example}"
+        )
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--log {text}: is not a regular file; give the path of a file, {example}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--log {text}: cannot write to it ({exc.strerror or exc}); {example}") from None
+    return path
+
+
 def _options(args: argparse.Namespace) -> Any:
-    from jitguard.config import Settings, parse_duration, parse_memory_spec, parse_size
+    from jitguard.config import Settings, parse_duration, parse_jobs, parse_memory_spec, parse_size
     from jitguard.supervise.runner import BuildOptions
 
     settings = Settings.from_env()
-    jobs: int | None = None
-    if args.jobs != "auto":
-        if not args.jobs.isdigit() or int(args.jobs) < 1:
-            raise UsageError(f"--jobs {args.jobs!r}: expected auto or a positive number such as 4")
-        jobs = int(args.jobs)
-    overrides: dict[str, Any] = {"jobs": jobs, "progress": args.progress}
+    overrides: dict[str, Any] = {"jobs": parse_jobs(args.jobs, name="--jobs"), "progress": args.progress}
     if args.memory_budget:
         overrides["memory_budget"] = parse_memory_spec(args.memory_budget, name="--memory-budget")
     if args.job_memory:
@@ -132,23 +153,30 @@ def _options(args: argparse.Namespace) -> Any:
     return BuildOptions.from_settings(settings, **overrides)
 
 
-def execute(args: argparse.Namespace) -> int:
+def _show_progress_and_waits() -> None:
+    """Progress lines and lock waits go through logging; the CLI is the one place that decides where they
+    appear: stderr, once per process (``main`` may run many times in one process)."""
     import logging
 
+    logger = logging.getLogger("jitguard")
+    if not any(getattr(h, "_jitguard_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._jitguard_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def execute(args: argparse.Namespace) -> int:
     from jitguard.errors import BuildFailed
     from jitguard.supervise.runner import run_ninja
 
     ninja_file = _ninja_file(args.path)
     options = _options(args)
     module = args.module or ninja_file.parent.name or "build"
-    log_path = Path(args.log).expanduser().resolve() if args.log else None
+    log_path = _log_path(args.log)
     if options.progress in ("auto", "log"):
-        # Progress lines go through logging; the CLI is the one place that decides where they appear.
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger = logging.getLogger("jitguard.supervise")
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        _show_progress_and_waits()
     started = time.monotonic()
     try:
         result = run_ninja(ninja_file.parent, ninja_file, module=module, options=options, log_path=log_path)

@@ -108,15 +108,11 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
-    from jitguard.config import Settings, parse_duration, parse_memory_spec
+    from jitguard.config import Settings, parse_duration, parse_jobs, parse_memory_spec
     from jitguard.supervise.runner import BuildOptions
 
     settings = Settings.from_env(env)
-    jobs: int | None = None
-    if args.jobs != "auto":
-        if not args.jobs.isdigit() or int(args.jobs) < 1:
-            raise UsageError(f"--jobs {args.jobs!r}: expected auto or a positive number such as 4")
-        jobs = int(args.jobs)
+    jobs = parse_jobs(args.jobs, name="--jobs")
     budget = (
         parse_memory_spec(args.memory_budget, name="--memory-budget")
         if args.memory_budget

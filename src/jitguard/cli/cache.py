@@ -87,6 +87,7 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     from rich.table import Table
 
     from jitguard.cli.report import console
+    from jitguard.config import format_duration
 
     out = console()
     if not records:
@@ -96,7 +97,7 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         for column in ("module", "outcome", "codes", "age", "fingerprint", "log"):
             table.add_column(column)
         for r in records:
-            age = _age(r.age(now)) + (" (expired)" if r.age(now) > failures.ttl else "")
+            age = format_duration(r.age(now)) + (" (expired)" if r.age(now) > failures.ttl else "")
             table.add_row(
                 escape(r.module),
                 "[red]failure[/]" if r.failed else "[green]success[/]",
@@ -150,13 +151,3 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     else:
         print(f"Removed {outcomes} cached outcome(s) and {learned} learned memory record(s) for {what}.")
     return EXIT_OK
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from jitguard.config import Settings, default_cache_dir
+from jitguard.config import Settings, default_cache_dir, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
@@ -219,7 +219,7 @@ def default_options(settings: Settings, module: str) -> BuildOptions:
     from jitguard.supervise.runner import BuildOptions
 
     max_jobs = os.environ.get("MAX_JOBS", "")
-    jobs = int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else None
+    jobs = parse_jobs(max_jobs, name="MAX_JOBS") if max_jobs.strip() else None
     return BuildOptions.from_settings(settings, jobs=jobs, backend="flashinfer")
 
 
@@ -344,8 +344,4 @@ def _missing_library(module: str, so_path: Path) -> Finding:
 
 
 def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
+    return f"{format_duration(seconds)} ago"

@@ -8,13 +8,19 @@ whatever the parallelism of an attempt: a retry with fewer jobs keeps every obje
 either, the command runs without a slot.
 
 The runner rewrites every rule of the build.ninja it runs so the command starts with this (see
-``build.manifest``). The launcher waits for a free slot (``build.slots``), runs the command with the slot's
-file descriptor inherited (the slot stays taken while any process of the compile lives), forwards
-SIGINT/SIGTERM/ SIGHUP/SIGQUIT to it, and exits with its status. When the command is killed by a signal the
-launcher says so on stderr, in words the runner's OOM detection recognises, because ninja itself does not
-report a child's signal.
+``supervise.manifest``). The launcher waits for a free slot (``supervise.slots``, which also reclaims slots
+that processes of dead builds still hold), runs the command with the slot's file descriptor inherited (the
+slot stays taken while any process of the compile lives), and exits with its status. When the command is
+killed by a signal the launcher says so on stderr, in words the runner's OOM detection recognises, because
+ninja itself does not report a child's signal.
 
-Runs once per compile command: stdlib only, no jitguard imports beyond ``slots``.
+No process of a compile outlives the launcher: the launcher dies with ninja (PR_SET_PDEATHSIG, SIGTERM) and
+the command with the launcher (PDEATHSIG, SIGKILL: nobody would stop it otherwise). The command runs in a
+process group of its own; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to that whole group and, when it is
+still there after ``JITGUARD_KILL_GRACE`` seconds (default 3), it gets SIGKILL: a compiler that ignores
+SIGTERM still ends.
+
+Runs once per compile command: stdlib only, no jitguard imports beyond ``slots`` and ``keeper``.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jitguard.supervise import slots
+from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
 
 # The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.
 KILLED_MARKER = "jitguard-launch: killed by signal"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SLOTS_DIR_ENV = "JITGUARD_SLOTS_DIR"
 SLOT_COUNT_ENV = "JITGUARD_SLOT_COUNT"
+GRACE_ENV = "JITGUARD_KILL_GRACE"
+_DEFAULT_GRACE_S = 3.0
 USAGE = "usage: python -m jitguard.supervise.launcher [--slots DIR --count N] -- COMMAND [ARGS...]"
 
 
@@ -47,7 +56,7 @@ def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:
         raise ValueError("no command after '--'")
     directory: Path | None = Path(os.environ[SLOTS_DIR_ENV]) if os.environ.get(SLOTS_DIR_ENV) else None
     count_text = os.environ.get(SLOT_COUNT_ENV, "")
-    count: int | None = int(count_text) if count_text.isdigit() else None
+    count: int | None = int(count_text) if count_text.isascii() and count_text.isdigit() else None
     it = iter(options)
     for flag in it:
         value = next(it, None)
@@ -56,12 +65,32 @@ def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:
         if flag == "--slots":
             directory = Path(value)
         elif flag == "--count":
+            if not (value.isascii() and value.isdigit()):
+                raise ValueError(f"--count {value!r}: expected a whole number N >= 1")
             count = int(value)
         else:
             raise ValueError(f"unknown option {flag}")
     if directory is not None and (count is None or count < 1):
         raise ValueError(f"a slots directory needs a slot count N >= 1 (--count or {SLOT_COUNT_ENV})")
     return directory, count or 0, command
+
+
+def _grace() -> float:
+    try:
+        return max(0.0, float(os.environ.get(GRACE_ENV, _DEFAULT_GRACE_S)))
+    except ValueError:
+        return _DEFAULT_GRACE_S
+
+
+def _say_reclaimed(holder: slots.Holder) -> None:
+    sys.stderr.write(f"jitguard-launch: reclaimed a compile slot from a dead build: ended {holder.describe()}\n")
+
+
+def _command_setup() -> None:
+    # In the forked child, before exec (the launcher is single-threaded, so this is safe): a process group of
+    # its own, and death with the launcher.
+    os.setpgid(0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -71,33 +100,54 @@ def run(argv: Sequence[str]) -> int:
     except ValueError as exc:
         sys.stderr.write(f"jitguard-launch: {exc}\n{USAGE}\n")
         return 2
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # ninja died before the kernel could be asked to tell us
+        return 128 + signal.SIGTERM
 
     # A signal while waiting for a slot ends the launcher the default way (nothing runs yet).
-    slot = slots.acquire(directory, count) if directory is not None else None
+    slot = slots.acquire(directory, count, on_reclaim=_say_reclaimed) if directory is not None else None
     env = dict(os.environ)
     if slot is not None:
         env["JITGUARD_SLOT"] = str(slot.index)
     try:
-        child = subprocess.Popen(command, env=env, pass_fds=(slot.fd,) if slot else ())
+        child = subprocess.Popen(
+            command, env=env, pass_fds=(slot.fd,) if slot else (), preexec_fn=_command_setup
+        )
     except OSError as exc:
         sys.stderr.write(f"jitguard-launch: cannot run {command[0]}: {exc.strerror or exc}\n")
         return 127
 
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+    def kill_group(_signum: int = 0, _frame: object = None) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
 
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+        if not stopping:  # the first stop signal starts the grace period
+            stopping.append(signum)
+            signal.setitimer(signal.ITIMER_REAL, max(_grace(), 0.001))
+
+    signal.signal(signal.SIGALRM, kill_group)
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     status = child.wait()
+    if stopping:
+        # What the command left in its group must not outlive the launcher either.
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        kill_group()
     if slot is not None:
         slot.release()
-    if status >= 0:
+    if status >= 0 and not stopping:
         return status
-    signum = -status
+    signum = stopping[0] if stopping else -status
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
-    if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        # Die the same way, so ninja sees an interrupted child and stops like it would without us.
+    if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        # Die the same way (also when the grace period ran out and the command got SIGKILL), so ninja sees an
+        # interrupted child and stops like it would without us.
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

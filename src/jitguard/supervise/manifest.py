@@ -2,9 +2,10 @@
 
 ninja's manifest is line based: a ``rule NAME`` line starts a block of indented ``key = value`` bindings. Each
 ``command =`` binding inside a rule block becomes ``command = $jitguard_launch <original>``, and the file
-starts with the definition of ``jitguard_launch`` (``python -m jitguard.supervise.launcher --``; the slots
+ends with the definition of ``jitguard_launch`` (``python -m jitguard.supervise.launcher --``; the slots
 directory and count travel in the environment, so the command line is the same for every attempt and ninja
-keeps what an earlier attempt finished). A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's
+keeps what an earlier attempt finished). ninja expands rule commands only when it runs them, so a definition
+at the end serves every rule, and every line of the user's file keeps its number in the copy. A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's
 generated files) is covered like any other command, so the rewrite works for any ninja project. Rules in
 ``include``d or ``subninja`` files are not rewritten; their commands run without a slot.
 
@@ -12,7 +13,8 @@ The copy is written next to the log (never over the original). Output paths are 
 the original build directory. ninja records a hash of each command line, so an object built by plain ``ninja``
 would count as out of date for the wrapped manifest and the other way round: ``build.ninja_log`` records each
 finished object for both command lines, and the runner first asks the original manifest whether there is
-anything to do at all (``nothing_to_do``).
+anything to do at all (``nothing_to_do``). ``up_to_date`` asks the same and turns a manifest ninja cannot load
+into a ``UsageError`` that names the user's file and line (never the copy's).
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jitguard.errors import UsageError
+
 LAUNCH_VARIABLE = "jitguard_launch"
 _RULE = re.compile(r"^rule\s+\S+")
 _COMMAND = re.compile(r"^(\s+command\s*=\s*)(.*)$")
+# "ninja: error: /p/build.ninja:4: expected '=', got identifier", then the line and a "^ near here" marker.
+_LOAD_ERROR = re.compile(r"^ninja: error: (?P<file>.+?):(?P<line>\d+): (?P<message>.*)$", re.MULTILINE)
 
 
 def launcher_prefix(*, python: str | None = None) -> list[str]:
@@ -42,7 +48,7 @@ def _ninja_escape(text: str) -> str:
 
 def wrap_commands(text: str, prefix: Sequence[str]) -> tuple[str, int]:
     """``text`` with every rule command behind ``prefix``; returns the new text and the number of rules."""
-    out = [f"{LAUNCH_VARIABLE} = " + _ninja_escape(shlex.join(prefix)), ""]
+    out = []
     in_rule = False
     wrapped = 0
     continued = False
@@ -61,6 +67,8 @@ def wrap_commands(text: str, prefix: Sequence[str]) -> tuple[str, int]:
                 wrapped += 1
         out.append(line)
         continued = line.endswith("$") and not line.endswith("$$")
+    # A blank line first ends a trailing '$' continuation of the user's last line.
+    out += ["", f"{LAUNCH_VARIABLE} = " + _ninja_escape(shlex.join(prefix))]
     return "\n".join(out) + "\n", wrapped
 
 
@@ -74,10 +82,11 @@ def write_wrapped(original: Path, destination: Path, prefix: Sequence[str]) -> i
     return wrapped
 
 
-def nothing_to_do(ninja: str, build_dir: Path, manifest: Path, *, timeout: float = 60.0) -> bool:
-    """True when ``ninja -n`` on the original manifest has no work (everything is up to date)."""
+def _dry_run(
+    ninja: str, build_dir: Path, manifest: Path, timeout: float
+) -> subprocess.CompletedProcess[str] | None:
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             [ninja, "-n", "-C", str(build_dir), "-f", str(Path(manifest).resolve())],
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -86,5 +95,26 @@ def nothing_to_do(ninja: str, build_dir: Path, manifest: Path, *, timeout: float
             timeout=timeout,
         )
     except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def nothing_to_do(ninja: str, build_dir: Path, manifest: Path, *, timeout: float = 60.0) -> bool:
+    """True when ``ninja -n`` on the original manifest has no work (everything is up to date)."""
+    proc = _dry_run(ninja, build_dir, manifest, timeout)
+    return proc is not None and proc.returncode == 0 and "no work to do" in proc.stdout
+
+
+def up_to_date(ninja: str, build_dir: Path, manifest: Path, *, timeout: float = 60.0) -> bool:
+    """``nothing_to_do``, and a ``UsageError`` naming the file and line when ninja cannot load the manifest."""
+    proc = _dry_run(ninja, build_dir, manifest, timeout)
+    if proc is None:
         return False
+    error = _LOAD_ERROR.search(proc.stderr) if proc.returncode != 0 else None
+    if error is not None:
+        context = [line for line in proc.stderr[error.end() :].splitlines() if line.strip()][:2]
+        shown = "".join(f"\n    {line}" for line in context)
+        raise UsageError(
+            f"{error['file']}:{error['line']}: ninja cannot read this build file: {error['message']}{shown}\n"
+            f"Fix line {error['line']} of {error['file']} and run again."
+        )
     return proc.returncode == 0 and "no work to do" in proc.stdout

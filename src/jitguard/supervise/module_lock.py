@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from jitguard.config import format_duration as _duration
 from jitguard.errors import BuildFailed, JitguardError
 from jitguard.findings.model import Finding
 from jitguard.state.atomic_file import read_json, write_json
@@ -243,6 +244,13 @@ class ModuleLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def fileno(self) -> int:
+        """The locked file descriptor: a process that inherits it keeps the lock held until it exits too (the
+        keeper of a build: a rank that takes over never builds beside the remains of a killed holder)."""
+        if self._fd is None:
+            raise RuntimeError(f"the build lock of {self.module} is not held")
+        return self._fd
+
     def acquire(self) -> None:
         if self._fd is not None:
             raise RuntimeError(f"the build lock of {self.module} is already held by this object")
@@ -401,12 +409,3 @@ def ensure_visible_logging() -> None:
     logger.addHandler(handler)
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -1,28 +1,27 @@
-"""A command run in its own session, whose whole process tree can be measured and killed, leaving no orphans.
+"""A command run under a keeper in its own session, whose whole process tree is measured and killed: no orphans.
 
 ninja puts every command it runs into a process group of its own (so a Ctrl-C on the terminal reaches ninja
-only), so "kill the process group" is not enough. The tree is started with ``setsid``: every process it spawns
-stays in that session unless it leaves on purpose, and ``members()`` finds them through the session id as well
-as through the parent links. Killing is: SIGTERM to everything (ninja forwards it and removes half-written
-outputs), a short grace period, then SIGSTOP (so nothing forks while we look) and SIGKILL to whatever is left,
-repeated until nothing of the tree runs.
+only), so "kill the process group" is not enough, and a compile step may double-fork and ``setsid`` out of
+the session too. The command is therefore started under ``keeper.py``, in a session of its own: the keeper is
+a child subreaper (orphans of the build are re-parented to it, not to init), runs the attempt in a cgroup of
+its own where the host allows one (``build_cgroup``), dies-with-jitguard (PR_SET_PDEATHSIG) and then stops the
+build itself: SIGTERM, a grace period, SIGKILL. ``members()`` finds the tree through the parent links, the
+session and the cgroup. Killing is: SIGTERM to the keeper, which stops everything below it the same way,
+then whatever is still there (if the keeper could not) gets SIGSTOP and SIGKILL, repeated until nothing runs.
 
 While any tree is alive, SIGTERM and SIGHUP handlers (chained to the previous ones) and an atexit hook kill it
-before this process goes; the tree's root also gets SIGTERM from the kernel if this process dies without a
-chance to clean up (PR_SET_PDEATHSIG), and ninja passes that on to its jobs.
+before this process goes. When this process is SIGKILLed, the keeper does the killing.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,35 +29,34 @@ from typing import IO, Any
 
 import psutil
 
+from jitguard.supervise import build_cgroup, keeper
+
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def _load_libc() -> Any:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
+KEEPER = Path(keeper.__file__)
+DEFAULT_GRACE_S = 3.0  # SIGTERM -> SIGKILL: how long a process of the build gets to exit by itself
+_KEEPER_SLACK_S = 1.0  # beyond the grace period: the keeper's own SIGKILL round, before this process steps in
 
 
-_LIBC = _load_libc()
-
-
-# The root is started through this tiny exec wrapper instead of a ``preexec_fn``: Python code between fork and
-# exec can deadlock in a multithreaded parent (an inference engine always is), while a fresh interpreter is safe.
-# It asks the kernel for SIGTERM when its parent dies, checks the parent did not die before that, then becomes
-# the real command (same pid).
-_EXEC_WITH_PDEATHSIG = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG
-    "os.getppid() == int(sys.argv[1]) or os._exit(143)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-def _with_pdeathsig(argv: Sequence[str]) -> list[str]:
-    if _LIBC is None:  # no libc to ask (not Linux/glibc): run the command as it is
-        return list(argv)
-    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PDEATHSIG, str(os.getpid()), *argv]
+def _keeper_argv(
+    argv: Sequence[str], grace: float, cgroup: keeper.Cgroup | None, status_fd: int
+) -> list[str]:
+    # A fresh interpreter without site-packages (-I -S): no Python code of ours runs between fork and exec in
+    # this (maybe multithreaded) process, and the keeper starts in milliseconds.
+    arg = cgroup.to_arg() if cgroup else "-"
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(KEEPER),
+        str(os.getpid()),
+        f"{grace:g}",
+        arg,
+        str(status_fd),
+        "--",
+        *argv,
+    ]
 
 
 @dataclass(frozen=True)
@@ -80,12 +78,21 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 class ProcessTree:
-    """A started command and everything it spawns."""
+    """A started command (under its keeper) and everything it spawns."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        command_pid: int | None,
+        cgroup: keeper.Cgroup | None,
+        grace: float = DEFAULT_GRACE_S,
+    ) -> None:
         self.popen = popen
-        self.pid = popen.pid
-        self.sid = popen.pid  # setsid: the root leads its own session
+        self.grace = grace
+        self.pid = popen.pid  # the keeper
+        self.sid = popen.pid  # setsid: the keeper leads its own session
+        self.command_pid = command_pid  # the command (ninja): its children are the jobs
+        self.cgroup = cgroup
         self._root = psutil.Process(popen.pid)
         self.killed = False
 
@@ -97,24 +104,43 @@ class ProcessTree:
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
         stdout: int | IO[bytes] | None = subprocess.PIPE,
+        keep_fds: Sequence[int] = (),
+        grace: float = DEFAULT_GRACE_S,
+        cgroup: str | None = None,
     ) -> ProcessTree:
-        popen = subprocess.Popen(
-            _with_pdeathsig(argv),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        tree = cls(popen)
+        """Start ``argv`` under a keeper. ``keep_fds`` stay open in the keeper only (the build lock: released
+        when the whole tree is gone); ``cgroup``: see ``build_cgroup.create`` (None: JITGUARD_CGROUP)."""
+        group = build_cgroup.create(cgroup)
+        read_end, write_end = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                _keeper_argv(argv, grace, group, write_end),
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(write_end, *keep_fds),
+            )
+        except BaseException:
+            os.close(read_end)
+            if group is not None:
+                group.remove()
+            raise
+        finally:
+            os.close(write_end)
+        with os.fdopen(read_end, "rb") as status:
+            line = status.readline().strip()  # the keeper writes the command's pid, or exits without
+        tree = cls(popen, int(line) if line.isdigit() else None, group, grace)
         _register(tree)
         return tree
 
     # -- looking --------------------------------------------------------------------------------------------
 
     def members(self, *, include_session: bool = True) -> list[psutil.Process]:
-        """Every live process of the tree: the root, its descendants and (optionally) its session."""
+        """Every live process of the tree: the keeper, its descendants, its cgroup and (optionally) its
+        session."""
         found: dict[int, psutil.Process] = {}
         try:
             found[self.pid] = self._root
@@ -122,20 +148,22 @@ class ProcessTree:
                 found[child.pid] = child
         except psutil.Error:
             pass
+        extra = set(self.cgroup.pids()) if self.cgroup is not None else set()
         if include_session:
             for proc in psutil.process_iter():
-                if proc.pid in found:
-                    continue
-                try:
-                    if os.getsid(proc.pid) == self.sid:
+                with contextlib.suppress(OSError):
+                    if proc.pid not in found and os.getsid(proc.pid) == self.sid:
                         found[proc.pid] = proc
-                except OSError:
-                    continue
+        for pid in extra - set(found) - {os.getpid()}:
+            with contextlib.suppress(psutil.Error):
+                found[pid] = psutil.Process(pid)
         return [p for p in found.values() if _alive(p)]
 
     def sample(self) -> TreeSample:
-        """RSS and CPU of the tree now, and RSS per job (per direct child of the root: per ninja command)."""
-        procs = self.members(include_session=False)
+        """RSS and CPU of the build now (the keeper, jitguard's own, is not counted), and RSS per job (per
+        direct child of the command: per ninja command)."""
+        procs = [p for p in self.members(include_session=False) if p.pid != self.pid]
+        top_parent = self.command_pid or self.pid
         rss_total = 0
         cpu_total = 0.0
         parents: dict[int, int] = {}
@@ -153,14 +181,14 @@ class ProcessTree:
             cpu_total += times.user + times.system + times.children_user + times.children_system
         job_rss: dict[int, int] = {}
         for pid, rss in rss_of.items():
-            if pid == self.pid:
+            if pid == top_parent:
                 continue
             top = pid
             seen = 0
-            while parents.get(top) not in (self.pid, None) and seen < 64:
+            while parents.get(top) not in (top_parent, None) and seen < 64:
                 top = parents[top]
                 seen += 1
-            if parents.get(top) == self.pid:
+            if parents.get(top) == top_parent:
                 job_rss[top] = job_rss.get(top, 0) + rss
         return TreeSample(rss_total, cpu_total, frozenset(rss_of), job_rss, len(rss_of))
 
@@ -169,41 +197,37 @@ class ProcessTree:
 
     # -- ending ---------------------------------------------------------------------------------------------
 
-    def kill(self, *, grace: float = 3.0) -> None:
-        """End every process of the tree: SIGTERM, up to ``grace`` s, then SIGSTOP + SIGKILL what is left."""
+    def kill(self, *, grace: float | None = None) -> None:
+        """End every process of the tree: SIGTERM, up to ``grace`` s (default: the tree's), then SIGSTOP +
+        SIGKILL what is left.
+
+        The keeper does it for its tree (it sees what is re-parented to it); what it cannot reach, or all of it
+        when it does not finish within the grace period, is killed from here."""
         self.killed = True
+        grace = self.grace if grace is None else grace
         try:
-            procs = self.members()
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while procs and time.monotonic() < deadline:
-                self.popen.poll()  # reap the root so it does not linger as a zombie
-                procs = [p for p in procs if _alive(p)]
-                if procs:
-                    time.sleep(0.05)
-            for _ in range(20):
-                procs = self.members()
-                if not procs:
-                    break
-                for proc in procs:
-                    with contextlib.suppress(psutil.Error):
-                        proc.send_signal(signal.SIGSTOP)
-                for proc in self.members():
-                    with contextlib.suppress(psutil.Error):
-                        proc.send_signal(signal.SIGKILL)
-                self.popen.poll()
-                time.sleep(0.05)
+            if self.popen.poll() is None:
+                with contextlib.suppress(OSError):
+                    self.popen.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(timeout=grace + _KEEPER_SLACK_S)
+            keeper.terminate(
+                lambda: [p.pid for p in self.members()], grace=0.0, cgroup=self.cgroup, reap=self.popen.poll
+            )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=5)
         finally:
-            _unregister(self)
+            self._close()
 
     def finish(self) -> None:
-        """The root has exited: make sure nothing it left behind keeps running, and stop tracking it."""
+        """The keeper has exited: make sure nothing it left behind keeps running, and stop tracking it."""
         if self.members():
             self.kill(grace=1.0)
+        self._close()
+
+    def _close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
         _unregister(self)
 
 

@@ -3,16 +3,20 @@
 ``run_ninja(build_dir, ninja_file, module=..., options=...)`` is what FlashInfer's ``run_ninja`` becomes under
 jitguard, and what ``jitguard build ninja`` runs:
 
-1. nothing to do (the original manifest is up to date): return at once;
-2. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
+1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
+   ``UsageError`` naming the user's file and line;
+2. take the build lock of the build directory (``module_lock``: one build per manifest on the host, whoever
+   calls; others wait visibly, time out, or take over when the holder dies), and look again: a build that
+   finished while we waited leaves nothing to do;
+3. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
    per-job estimate learned for this module or the measured default, the CPU limit) unless jobs are given;
-3. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``build.manifest``,
-   ``build.launcher``, ``build.slots``), in its own session (``build.process_tree``), with the full output in
-   a log file and live progress (``build.progress``);
-4. watch it: overall timeout; stall watchdog (no output and no CPU for ``stall_timeout``, unless the build
-   only waits for slots that other processes hold); the memory of the whole tree;
-5. on an OOM kill (``build.oom``), run again with half the jobs (ninja keeps what finished) down to one;
-6. on success record the per-job peak memory for the next plan; on failure raise ``BuildFailed`` with the
+4. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``supervise.manifest``,
+   ``supervise.launcher``, ``supervise.slots``), under a keeper in its own session and cgroup
+   (``supervise.process_tree``), with the full output in a log file and live progress (``supervise.progress``);
+5. watch it (``supervise.attempt``): overall timeout; stall watchdog (no output and no CPU for
+   ``stall_timeout``, unless the build only waits for slots that other builds hold: it names them); memory;
+6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
+7. on success record the per-job peak memory for the next plan; on failure raise ``BuildFailed`` with the
    classified findings and the log path. Whatever happens, no process of the build outlives the call.
 """
 
@@ -21,25 +25,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import shutil
-import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
+from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
-from jitguard.supervise import launcher, manifest, ninja_log, process_tree, slots
-from jitguard.supervise.oom import OomCounters, text_evidence
-from jitguard.supervise.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
+from jitguard.supervise import manifest, ninja_log, slots
+from jitguard.supervise.attempt import Attempt as _Attempt
+from jitguard.supervise.attempt import note as _note
+from jitguard.supervise.attempt import run_attempt
+from jitguard.supervise.module_lock import ModuleLock
+from jitguard.supervise.oom import OomCounters
+from jitguard.supervise.progress import BuildProgress, Reporter, make_reporter
 
 LOG = logging.getLogger("jitguard.supervise")
 
-_TICK = 0.25  # seconds between samples of the tree
-_CPU_ACTIVE = 0.01  # a tree using more than 1% of one CPU is working, not hung
+BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per directory, whoever starts it
 _TAIL_LINES = 6
 
 
@@ -53,6 +59,7 @@ class BuildOptions:
     timeout: float = 3600
     stall_timeout: float = 600
     slots_dir: Path | None = None
+    lock_timeout: float = 3600  # waiting for another process's build of the same directory
     # Additions beyond the agreed contract, all with defaults:
     progress: str = "auto"  # auto | bar | log | none (see build.progress)
     progress_interval: float = 15.0  # seconds between progress log lines
@@ -68,6 +75,7 @@ class BuildOptions:
             "job_memory": settings.job_memory,
             "timeout": settings.build_timeout,
             "stall_timeout": settings.stall_timeout,
+            "lock_timeout": settings.lock_timeout,
             "cache_dir": settings.cache_dir,
         }
         base.update({k: v for k, v in overrides.items() if v is not None})
@@ -103,20 +111,6 @@ class BuildResult:
             "peak_job_rss_bytes": self.peak_job_rss_bytes,
             "plan_reason": self.plan_reason,
         }
-
-
-@dataclass
-class _Attempt:
-    """What one ninja run did."""
-
-    jobs: int
-    returncode: int | None = None
-    ended: str = "done"  # done | timeout | stalled | interrupted
-    text: list[str] = field(default_factory=list)
-    peak_rss: int = 0
-    peak_job_rss: int = 0
-    oom_evidence: list[str] = field(default_factory=list)
-    still_running: list[str] = field(default_factory=list)  # commands running when a watchdog ended it
 
 
 @dataclass(frozen=True)
@@ -166,6 +160,7 @@ class _Build:
     cache_dir: Path
     reporter: Reporter
     started: float
+    keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
@@ -191,8 +186,10 @@ def run_ninja(
         )
     if options.timeout <= 0 or options.stall_timeout <= 0:
         raise UsageError("the build timeout and stall timeout must be positive durations, e.g. 600 or 10m")
-    if options.jobs is not None and options.jobs < 1:
-        raise UsageError(f"--jobs {options.jobs}: the number of jobs must be at least 1 (or 'auto')")
+    if options.jobs is not None and not 1 <= options.jobs <= MAX_JOBS:
+        raise UsageError(
+            f"--jobs {options.jobs}: the number of jobs must be from 1 to {MAX_JOBS} (or 'auto')"
+        )
     cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
     log_path = Path(log_path) if log_path else default_log_path(cache_dir, module)
     try:
@@ -218,32 +215,46 @@ def run_ninja(
     started = time.monotonic()
     with open(log_path, "ab") as log:
         _note(log, f"building {module}: {ninja_file} in {build_dir}")
-        if manifest.nothing_to_do(ninja, build_dir, ninja_file):
+        if manifest.up_to_date(ninja, build_dir, ninja_file):
             _note(log, "ninja: no work to do")
             return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
-        plan = _plan(options, module, cache_dir)
-        _note(log, f"plan: {plan.reason}")
-        slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
-        reporter = make_reporter(options.progress, interval=options.progress_interval)
-        try:
-            return _build(
-                _Build(
-                    module=module,
-                    build_dir=build_dir,
-                    ninja_file=ninja_file,
-                    ninja=ninja,
-                    plan=plan,
-                    options=options,
-                    slots_dir=slots_dir,
-                    log=log,
-                    log_path=log_path,
-                    cache_dir=cache_dir,
-                    reporter=reporter,
-                    started=started,
+        lock = ModuleLock(
+            build_dir / BUILD_LOCK_NAME, module, timeout=options.lock_timeout, log_path=log_path
+        )
+        with lock:
+            if lock.waited > 0 and manifest.up_to_date(ninja, build_dir, ninja_file):
+                _note(
+                    log, f"built by another process while this one waited {lock.waited:.1f} s: nothing to do"
                 )
-            )
-        finally:
-            reporter.close()
+                return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
+            if lock.took_over_from is not None:
+                _note(
+                    log, f"taking over from {lock.took_over_from.describe()}, which exited without finishing"
+                )
+            plan = _plan(options, module, cache_dir)
+            _note(log, f"plan: {plan.reason}")
+            slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
+            reporter = make_reporter(options.progress, interval=options.progress_interval)
+            try:
+                return _build(
+                    _Build(
+                        module=module,
+                        build_dir=build_dir,
+                        ninja_file=ninja_file,
+                        ninja=ninja,
+                        plan=plan,
+                        options=options,
+                        slots_dir=slots_dir,
+                        log=log,
+                        log_path=log_path,
+                        cache_dir=cache_dir,
+                        reporter=reporter,
+                        started=time.monotonic(),
+                        keep_fds=(lock.fileno(),),
+                    )
+                )
+            finally:
+                reporter.close()
 
 
 def _build(b: _Build) -> BuildResult:
@@ -275,7 +286,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
     while True:
         attempt_no += 1
         counters.reset()
-        attempt = _run_attempt(
+        attempt = run_attempt(
             b, wrapped=wrapped, jobs=jobs, attempt_no=attempt_no, deadline=deadline, counters=counters
         )
         peak_rss = max(peak_rss, attempt.peak_rss)
@@ -324,191 +335,6 @@ def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
         from jitguard.state.job_memory import JobMemoryStore
 
         JobMemoryStore(cache_dir).observe(module, peak_job)
-
-
-# -- one ninja run -----------------------------------------------------------------------------------------
-
-
-def _launcher_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` where ``python -m jitguard.supervise.launcher`` can import jitguard.
-
-    An installed jitguard (site-packages, or an editable install's .pth) is found by the launcher's interpreter
-    anyway. A source tree that only this process has on ``sys.path`` (``PYTHONPATH=src`` set in code, a
-    benchmark or test harness) is appended to PYTHONPATH so the compile commands do not fail to start.
-    """
-    import jitguard
-
-    root = str(Path(jitguard.__file__).resolve().parent.parent)
-    if Path(root).name in ("site-packages", "dist-packages"):
-        return env
-    current = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in current:
-        env["PYTHONPATH"] = os.pathsep.join([*current, root])
-    return env
-
-
-def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    """Copy ninja's output to the log, line by line, and hand each line to the supervisor."""
-    try:
-        for raw in iter(stream.readline, b""):
-            log.write(raw)
-            log.flush()
-            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-    except (OSError, ValueError):
-        pass
-    finally:
-        lines.put(None)
-
-
-def _run_attempt(
-    b: _Build,
-    *,
-    wrapped: Path,
-    jobs: int,
-    attempt_no: int,
-    deadline: float,
-    counters: OomCounters,
-) -> _Attempt:
-    argv = [b.ninja, "-C", str(b.build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
-    _note(b.log, f"attempt {attempt_no}: {' '.join(argv)}")
-    env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
-    env[launcher.SLOTS_DIR_ENV] = str(b.slots_dir)
-    env[launcher.SLOT_COUNT_ENV] = str(jobs)
-    attempt = _Attempt(jobs=jobs)
-    progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no)
-    tree = process_tree.ProcessTree.start(argv, env=env)
-    assert tree.popen.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-    pump = threading.Thread(target=_pump, args=(tree.popen.stdout, b.log, lines), daemon=True)
-    pump.start()
-    last_activity = time.monotonic()
-    last_cpu: float | None = None
-    last_sample = 0.0
-    watched: set[int] = set()
-    output_done = False
-    try:
-        while True:
-            # Drain output; a line is activity, a [k/n] line is progress.
-            try:
-                line = lines.get(timeout=_TICK)
-                while True:
-                    if line is None:
-                        output_done = True
-                    else:
-                        attempt.text.append(line)
-                        progress.feed(line)
-                        last_activity = time.monotonic()
-                    line = lines.get_nowait()
-            except queue.Empty:
-                pass
-            now = time.monotonic()
-            if now - last_sample >= _TICK:
-                last_sample = now
-                sample = tree.sample()
-                progress.rss_bytes = sample.rss_bytes
-                progress.peak_rss_bytes = max(progress.peak_rss_bytes, sample.rss_bytes)
-                attempt.peak_rss = progress.peak_rss_bytes
-                if sample.job_rss:
-                    attempt.peak_job_rss = max(attempt.peak_job_rss, max(sample.job_rss.values()))
-                new = sample.pids - watched
-                if new:
-                    counters.watch(new)
-                    watched |= new
-                if last_cpu is not None and sample.cpu_seconds - last_cpu >= _CPU_ACTIVE * _TICK:
-                    last_activity = now
-                last_cpu = sample.cpu_seconds
-            returncode = tree.poll()
-            if returncode is not None and (output_done or not pump.is_alive()):
-                attempt.returncode = returncode
-                break
-            if now >= deadline:
-                attempt.ended = "timeout"
-                break
-            if now - last_activity >= b.options.stall_timeout:
-                if _waiting_for_foreign_slot(tree, b.slots_dir):
-                    progress.waiting_for_slot = True
-                    last_activity = now
-                else:
-                    attempt.ended = "stalled"
-                    break
-            b.reporter.update(progress)
-        if attempt.ended != "done":
-            # ninja names a command only when it finishes: say in the log what was running when we stopped.
-            attempt.still_running = _running_commands(tree)
-            for command in attempt.still_running:
-                _note(b.log, f"still running when stopped ({attempt.ended}): {command}")
-    except KeyboardInterrupt:
-        tree.kill()
-        _note(b.log, "interrupted (KeyboardInterrupt): every process of the build was stopped")
-        raise KeyboardInterrupt(f"build of {b.module} interrupted; full log: {b.log.name}") from None
-    finally:
-        if attempt.ended != "done":
-            tree.kill()
-        else:
-            tree.finish()
-        pump.join(timeout=5)
-        # Lines that arrived after the last drain.
-        while True:
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                break
-            if line is not None:
-                attempt.text.append(line)
-                progress.feed(line)
-        b.reporter.update(progress)
-    if attempt.ended == "done" and attempt.returncode != 0:
-        attempt.oom_evidence = _oom_evidence(attempt, counters)
-    return attempt
-
-
-def _running_commands(tree: process_tree.ProcessTree) -> list[str]:
-    """The command lines of the build's jobs now (launchers that already run their command are skipped)."""
-    commands = []
-    for proc in tree.members(include_session=False):
-        if proc.pid == tree.pid:
-            continue
-        try:
-            cmdline = proc.cmdline()
-            if "jitguard.supervise.launcher" in " ".join(cmdline) and proc.children():
-                continue
-        except Exception:
-            continue
-        commands.append(f"pid {proc.pid}: {' '.join(cmdline)[:300]}")
-    return commands[:_TAIL_LINES]
-
-
-def _waiting_for_foreign_slot(tree: process_tree.ProcessTree, slots_dir: Path) -> bool:
-    """True when a launcher of this build waits for a slot that a process outside the build holds.
-
-    Such a build is not hung: another build on the host uses the compile slots, and the overall timeout still
-    bounds the wait.
-    """
-    members = tree.members(include_session=False)
-    pids = {p.pid for p in members}
-    waiting = False
-    for proc in members:
-        try:
-            if "jitguard.supervise.launcher" in " ".join(proc.cmdline()) and not proc.children():
-                waiting = True
-                break
-        except Exception:
-            continue
-    if not waiting:
-        return False
-    return any(pid not in pids for pid in slots.holders(slots_dir).values())
-
-
-def _oom_evidence(attempt: _Attempt, counters: OomCounters) -> list[str]:
-    evidence = text_evidence("\n".join(attempt.text))
-    evidence += counters.kills()
-    if attempt.returncode in (-9, 137):
-        evidence.append(f"ninja itself was killed by SIGKILL (exit status {attempt.returncode})")
-    if evidence:
-        host = counters.host_kills()
-        if host:
-            evidence.append(host)
-    return evidence
 
 
 # -- diagnosis ---------------------------------------------------------------------------------------------
@@ -582,9 +408,3 @@ def _diagnose(
             _finding("build-failed", backend, _tail(attempt.text), returncode=attempt.returncode, **params)
         ]
     return findings, f"ninja exited with status {attempt.returncode}"
-
-
-def _note(log: IO[bytes], text: str) -> None:
-    """A line of jitguard's own in the build log (prefixed, so it is told apart from ninja's output)."""
-    log.write(f"jitguard: {text}\n".encode())
-    log.flush()

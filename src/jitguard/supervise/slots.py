@@ -13,6 +13,12 @@ the file descriptor is inherited by the compiler so the slot stays taken exactly
 The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
 whose memory is not shared.
 
+A slot is held by whoever has its file open, so a compiler that outlives its build (its jitguard SIGKILLed, the
+keeper too) would keep it. The runner puts its own identity (pid and start time, ``JITGUARD_BUILD_OWNER``) and
+the module in the environment of every compile; ``holders_of`` finds the live processes that hold a slot and
+what build they belong to, and ``reclaim`` ends those whose build's jitguard is gone. A waiting launcher
+reclaims as it waits, so such a slot is free again within a second, and a waiting build names the holders.
+
 stdlib only: the launcher imports this module once per compile command.
 """
 
@@ -21,14 +27,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard.supervise.keeper import start_time
+
 SLOT_PREFIX = "slot-"
+OWNER_ENV = "JITGUARD_BUILD_OWNER"  # "<pid>:<start ticks>" of the jitguard process whose build this is
+MODULE_ENV = "JITGUARD_BUILD_MODULE"
 _POLL_START = 0.02
 _POLL_MAX = 0.5
+_RECLAIM_EVERY_S = 1.0
 
 
 def host_slots_dir(cache_dir: Path) -> Path:
@@ -79,20 +92,35 @@ def try_acquire(directory: Path, count: int) -> Slot | None:
     return None
 
 
-def acquire(directory: Path, count: int, *, timeout: float | None = None) -> Slot | None:
+def acquire(
+    directory: Path,
+    count: int,
+    *,
+    timeout: float | None = None,
+    on_reclaim: Callable[[Holder], object] | None = None,
+) -> Slot | None:
     """Wait until one of ``count`` slots is free and take it. Returns None only when ``timeout`` expires.
 
     Polls with a short, growing interval: waiting is cheap (one flock attempt per slot), and a freed slot is
-    taken within half a second.
+    taken within half a second. Every second of waiting, slots held by processes of dead builds are reclaimed
+    (``reclaim``); ``on_reclaim`` hears of each process ended that way.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = _POLL_START
+    next_reclaim = time.monotonic() + _RECLAIM_EVERY_S
     while True:
         slot = try_acquire(directory, count)
         if slot is not None:
             return slot
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
             return None
+        if now >= next_reclaim:
+            next_reclaim = now + _RECLAIM_EVERY_S
+            for holder in reclaim(directory):
+                if on_reclaim is not None:
+                    on_reclaim(holder)
+            delay = _POLL_START
         time.sleep(delay)
         delay = min(_POLL_MAX, delay * 1.5)
 
@@ -139,3 +167,135 @@ def holders(directory: Path, *, proc_locks: Path = Path("/proc/locks")) -> dict[
         if key in by_inode:
             found[by_inode[key]] = pid
     return found
+
+
+# -- who holds the slots, and reclaiming the ones dead builds left ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A live process that has a held slot's file open (the launcher, its compiler, their children)."""
+
+    slot: int
+    pid: int
+    command: str
+    owner: (
+        tuple[int, int] | None
+    )  # the jitguard process of its build: (pid, start ticks), from its environment
+    module: str | None
+
+    @property
+    def orphaned(self) -> bool:
+        """Its build's jitguard process is gone (or the pid now names a later process)."""
+        return self.owner is not None and start_time(self.owner[0]) != self.owner[1]
+
+    def describe(self) -> str:
+        text = f"slot {self.slot}: pid {self.pid} ({self.command[:120]})"
+        if self.owner is not None:
+            build = f"build of {self.module or 'a module'} by jitguard pid {self.owner[0]}"
+            text += f", {build}" + (" which has exited" if self.orphaned else "")
+        else:
+            text += ", not a jitguard build"
+        return text
+
+
+def _proc_text(pid: int, name: str, proc: Path) -> str:
+    try:
+        return (proc / str(pid) / name).read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _build_of(pid: int, proc: Path) -> tuple[tuple[int, int] | None, str | None]:
+    """(owner, module) from the environment of ``pid`` (readable for our own processes and for root)."""
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None, None
+    env = dict(item.partition(b"=")[::2] for item in raw.split(b"\0") if b"=" in item)
+    owner_text = env.get(OWNER_ENV.encode(), b"").decode("ascii", "replace")
+    module = env.get(MODULE_ENV.encode(), b"").decode("utf-8", "replace") or None
+    pid_text, _, ticks_text = owner_text.partition(":")
+    if not (pid_text.isdigit() and ticks_text.isdigit()):
+        return None, module
+    return (int(pid_text), int(ticks_text)), module
+
+
+def _slot_inodes(directory: Path) -> dict[tuple[int, int], int]:
+    found: dict[tuple[int, int], int] = {}
+    with contextlib.suppress(OSError):
+        for path in Path(directory).glob(f"{SLOT_PREFIX}*"):
+            with contextlib.suppress(OSError, ValueError):
+                st = path.stat()
+                found[(st.st_dev, st.st_ino)] = int(path.name[len(SLOT_PREFIX) :])
+    return found
+
+
+def holders_of(directory: Path, *, proc: Path = Path("/proc")) -> list[Holder]:
+    """Every live process that has a held slot of ``directory`` open, lowest slot first.
+
+    Reads /proc/*/fd (our own processes, or every one for root); a holder of another user may be missed."""
+    held = set(holders(directory, proc_locks=proc / "locks"))
+    inodes = {key: index for key, index in _slot_inodes(directory).items() if index in held}
+    if not inodes:
+        return []
+    prefix = str(Path(directory).resolve())
+    found: list[Holder] = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            fds = os.listdir(f"{entry.path}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(f"{entry.path}/fd/{fd}").startswith(prefix):
+                    continue
+                st = os.stat(f"{entry.path}/fd/{fd}")
+            except OSError:
+                continue
+            index = inodes.get((st.st_dev, st.st_ino))
+            if index is not None:
+                owner, module = _build_of(pid, proc)
+                found.append(Holder(index, pid, _proc_text(pid, "cmdline", proc), owner, module))
+                break
+    return sorted(found, key=lambda h: (h.slot, h.pid))
+
+
+def _lock_holder_is_live_build(pid: int, proc: Path) -> bool:
+    """The process /proc/locks names is alive and its build's jitguard too (or it is not a jitguard build, or
+    it lives in another pid namespace: pid 0, nothing to judge)."""
+    if pid <= 0:
+        return True
+    if start_time(pid) is None:
+        return False
+    owner, _ = _build_of(pid, proc)
+    return owner is None or start_time(owner[0]) == owner[1]
+
+
+def _same_pid_namespace(pid: int, proc: Path) -> bool:
+    try:
+        return os.readlink(proc / str(pid) / "ns" / "pid") == os.readlink(proc / "self" / "ns" / "pid")
+    except OSError:
+        return False
+
+
+def reclaim(directory: Path, *, proc: Path = Path("/proc")) -> list[Holder]:
+    """SIGKILL every process that holds a slot of ``directory`` for a build whose jitguard has exited, so the
+    slot is free at once; returns them. Holders that are not jitguard builds are never touched."""
+    locked = holders(directory, proc_locks=proc / "locks")
+    # The cheap check first: a slot taken by a live launcher of a live build needs no /proc/*/fd scan.
+    if all(_lock_holder_is_live_build(pid, proc) for pid in locked.values()):
+        return []
+    ended = []
+    for holder in holders_of(directory, proc=proc):
+        # An owner pid means something only in our own pid namespace.
+        if holder.orphaned and _same_pid_namespace(holder.pid, proc):
+            try:
+                os.kill(holder.pid, signal.SIGKILL)
+            except OSError:
+                continue
+            ended.append(holder)
+    return ended

@@ -30,7 +30,15 @@ def test_every_rule_command_is_prefixed_and_counted() -> None:
     assert wrapped == 2
     assert f"  command = ${LAUNCH_VARIABLE} $nvcc --generate-dependencies-with-compile" in text
     assert f"  command = ${LAUNCH_VARIABLE} $cxx $in $ldflags -o $out" in text
-    assert text.splitlines()[0] == f"{LAUNCH_VARIABLE} = /py -m jitguard.supervise.launcher --"
+    assert text.splitlines()[-1] == f"{LAUNCH_VARIABLE} = /py -m jitguard.supervise.launcher --"
+
+
+def test_every_line_of_the_users_file_keeps_its_number_in_the_wrapped_copy() -> None:
+    # ninja reports a line number of the file it reads: an error in the copy must point at the user's line.
+    text, _ = wrap_commands(FLASHINFER_STYLE, ["py", "--"])
+    original, wrapped = FLASHINFER_STYLE.splitlines(), text.splitlines()
+    for number, line in enumerate(original):
+        assert wrapped[number] == line or ("command =" in line and wrapped[number].endswith(line.split("= ", 1)[1]))
 
 
 def test_bindings_outside_rule_blocks_and_continuations_are_untouched() -> None:
@@ -43,7 +51,7 @@ def test_bindings_outside_rule_blocks_and_continuations_are_untouched() -> None:
 
 def test_prefix_with_spaces_and_dollars_is_quoted_and_escaped() -> None:
     text, _ = wrap_commands("rule r\n  command = touch $out\n", ["/opt/my env/py$1", "--"])
-    assert text.splitlines()[0] == f"{LAUNCH_VARIABLE} = '/opt/my env/py$$1' --"
+    assert text.splitlines()[-1] == f"{LAUNCH_VARIABLE} = '/opt/my env/py$$1' --"
 
 
 def test_launcher_prefix_has_no_per_build_arguments() -> None:

@@ -1,0 +1,134 @@
+"""A cgroup for each build attempt, where this process may make one: the containment that nothing escapes.
+
+A process group, a session and even the keeper's subreaper role can each be left or lost (``setsid``; the
+keeper SIGKILLed), cgroup membership cannot: a process stays in the cgroup it was started in unless someone
+with write access to the hierarchy moves it. So where the host lets jitguard make a cgroup (root in a
+container, a delegated systemd scope), every attempt runs in a fresh one below this process's own:
+
+- cgroup v2 (a ``cgroup2`` mount; killed through ``cgroup.kill``, Linux 5.14+), else
+- the cgroup v1 ``freezer`` hierarchy (frozen, killed, thawed).
+
+Where neither is writable (the usual unprivileged case), ``create`` returns None and the tree relies on its
+own session, the keeper's subreaper role and PR_SET_PDEATHSIG at every level. The cgroup's name records its
+owner (pid and start time); a cgroup whose owner is gone is a leftover of a build that died with its keeper:
+``create`` kills what is still in it and removes it.
+
+``JITGUARD_CGROUP`` chooses: ``auto`` (default: v2, then v1 freezer), ``v2``, ``freezer``, or ``off``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+from pathlib import Path
+
+from jitguard.supervise.keeper import CGROUP_PREFIX, Cgroup, start_time
+
+LOG = logging.getLogger("jitguard.supervise")
+CGROUP_ENV = "JITGUARD_CGROUP"
+CHOICES = ("auto", "v2", "freezer", "off")
+_COUNTER = itertools.count()
+
+
+def _mounts(mountinfo: str) -> dict[str, tuple[Path, str]]:
+    """'v2' and/or 'freezer' -> (mount point, the cgroup path mounted there)."""
+    found: dict[str, tuple[Path, str]] = {}
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        root, point = fields[3], Path(fields[4].replace("\\040", " "))
+        if rest[0] == "cgroup2":
+            found.setdefault("v2", (point, root))
+        elif rest[0] == "cgroup" and "freezer" in rest[2].split(","):
+            found.setdefault("freezer", (point, root))
+    return found
+
+
+def _own_paths(cgroup_file: str) -> dict[str, str]:
+    """'v2' and/or 'freezer' -> this process's cgroup path in that hierarchy (/proc/self/cgroup)."""
+    paths: dict[str, str] = {}
+    for line in cgroup_file.splitlines():
+        number, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if number == "0" and controllers == "":
+            paths["v2"] = path
+        elif "freezer" in controllers.split(","):
+            paths["freezer"] = path
+    return paths
+
+
+def _own_dir(kind: str, proc: Path) -> Path | None:
+    try:
+        mounts = _mounts((proc / "self" / "mountinfo").read_text())
+        own = _own_paths((proc / "self" / "cgroup").read_text())
+    except OSError:
+        return None
+    if kind not in mounts or kind not in own:
+        return None
+    point, root = mounts[kind]
+    path = own[kind]
+    if root != "/" and path.startswith(root):
+        path = path[len(root) :]
+    return point / path.lstrip("/")
+
+
+def _owner_gone(name: str) -> bool:
+    # jitguard-<pid>-<start ticks>-<n>
+    parts = name[len(CGROUP_PREFIX) :].split("-")
+    try:
+        pid, ticks = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return start_time(pid) != ticks
+
+
+def sweep(directory: Path, version: int) -> int:
+    """Kill the members of and remove every leftover jitguard cgroup below ``directory``; returns how many."""
+    removed = 0
+    try:
+        entries = [p for p in directory.iterdir() if p.name.startswith(CGROUP_PREFIX) and p.is_dir()]
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _owner_gone(entry.name):
+            continue
+        leftover = Cgroup(str(entry), version)
+        if leftover.pids():
+            LOG.warning(
+                "jitguard: killing %d process(es) a dead build left in %s", len(leftover.pids()), entry
+            )
+            leftover.kill_all()
+        removed += leftover.remove()
+    return removed
+
+
+def create(choice: str | None = None, *, proc: Path = Path("/proc")) -> Cgroup | None:
+    """A new, empty cgroup for one attempt below this process's own, or None where none can be made."""
+    choice = (choice or os.environ.get(CGROUP_ENV) or "auto").lower()
+    if choice == "off":
+        return None
+    kinds = {"auto": ("v2", "freezer"), "v2": ("v2",), "freezer": ("freezer",)}.get(choice, ("v2", "freezer"))
+    me = os.getpid()
+    name = f"{CGROUP_PREFIX}{me}-{start_time(me)}-{next(_COUNTER)}"
+    for kind in kinds:
+        parent = _own_dir(kind, proc)
+        if parent is None:
+            continue
+        version = 2 if kind == "v2" else 1
+        sweep(parent, version)
+        path = parent / name
+        try:
+            path.mkdir()
+        except OSError:
+            continue
+        # v2 before Linux 5.14 has no one-step kill (cgroup.kill): the freezer hierarchy or the keeper does it.
+        if not (path / ("cgroup.kill" if version == 2 else "freezer.state")).exists():
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            continue
+        return Cgroup(str(path), version)
+    return None
