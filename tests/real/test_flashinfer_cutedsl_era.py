@@ -332,7 +332,8 @@ def test_importing_gdn_prefill_here_ends_as_the_torch_build_decides(raw_import: 
     """The CPU build fails a module-level torch.cuda query in gdn_kernels/gdn_decode_bf16_state.py with an
     AssertionError, outside FlashInfer's (ImportError, RuntimeError) guard, so it escapes and no
     NotImplementedError is ever reached; the CUDA build raises RuntimeError there, which the guard catches."""
-    build = raw_import["torch_build"]  # torch.version itself: the facts' flavour is "unknown" for PyPI's wheel
+    # From torch.version itself: the facts' flavour is "unknown" for PyPI's default (CUDA) wheel.
+    build = raw_import["torch_build"]
     if build not in EXPECTED_IMPORT:
         pytest.skip(f"torch here is the {build} build: what FlashInfer's import does with it is not recorded")
     observed = {k: v for k, v in raw_import.items() if k not in ("device_query", "torch_build")}

@@ -75,7 +75,9 @@ def unloaded_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton, "_kernel", None)
 
 
-@pytest.mark.skipif(TRITON_INSTALLED, reason="triton is installed here: FLA imports, no load failure to classify")
+@pytest.mark.skipif(
+    TRITON_INSTALLED, reason="triton is installed here: FLA imports, no load failure to classify"
+)
 @pytest.mark.usefixtures("unloaded_triton")
 def test_triton_load_fails_without_triton_and_is_classified(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLA_FLASH_QLA", "1")  # the user's own choice is kept
