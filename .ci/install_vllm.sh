@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Prepare the REAL vLLM code of released versions for tests/real/vllm on a GPU-less machine that reaches PyPI.
 #
-# For each version: the wheel from PyPI (downloaded, read, deleted: ~250-340 MB, seconds), its Python sources
-# and .dist-info extracted to $ROOT/<version>/src (30-60 MB; the compiled extensions are left out: they need a
-# CUDA torch), and a venv at $ROOT/<version>/venv that sees this machine's packages (the CPU torch, jitguard)
-# with vLLM's own pure-Python dependencies installed from the wheel's metadata (~700 MB, ~1 min).
-# Idempotent and cache-friendly: a version whose 'ready' stamp matches this script is skipped.
+# For each version, layered on the interpreter that runs the tests ($PYTHON, default python3; a venv's or not):
+#   $ROOT/<version>/src          the wheel's Python sources and .dist-info (the wheel, ~250-340 MB, is downloaded,
+#                                read and deleted; the compiled extensions are left out: they need a CUDA torch)
+#   $ROOT/<version>/deps-<env>   vLLM's pure-Python dependencies that this interpreter does not already have,
+#                                installed with --no-deps --target: torch, jitguard and everything else this
+#                                interpreter has are used as they are, never installed again. <env> is a key for
+#                                the interpreter and its packages, so an identical fresh venv reuses them.
+# Tests run this interpreter with PYTHONPATH=<src>:<deps> (printed on the last line of each version).
+#
+# Why not a venv per version: a venv made from inside a venv with --system-site-packages sees the base Python's
+# site-packages, not the outer venv's, so torch and jitguard vanish (or get installed again, 12 GB with the
+# CUDA torch). The --target layer sees exactly what the running interpreter sees.
+#
+# Each version is prepared on its own: one that fails does not stop the others (exit 1 at the end, the pip
+# output in $ROOT/<version>.log). Cached: a version whose 'ready' stamps match is a moment's work.
 #
 #   JITGUARD_VLLM_VERSIONS   space-separated versions (default: one per GDN layer layout, see docs/vllm.md)
 #   JITGUARD_VLLM_ROOT       where to put them (default /tmp/jitguard-ci/vllm; never inside the repo)
@@ -16,43 +26,60 @@ VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.33.0"}
 ROOT=${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}
 PY=${PYTHON:-python3}
 STAMP=$(cat .ci/install_vllm.sh .ci/vllm_wheel.py | sha256sum | cut -c1-16)
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+unset PYTHONPATH  # what the interpreter has on its own decides what is missing
 
-if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); import packaging' 2>/dev/null; then
-    echo "install_vllm.sh: install torch (the CPU build) and jitguard first: the vLLM test environments use them" >&2
+if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); m.version("jitguard"); import packaging' 2>/dev/null; then
+    echo "install_vllm.sh: $PY has no torch or jitguard: run 'pip install -e .[test]' first (the vLLM test environments use both)" >&2
     exit 2
 fi
-
-# One preparer at a time (parallel test runs share $ROOT); a second one waits, then finds the versions ready.
+ENV_ID=$("$PY" .ci/vllm_wheel.py env-id)
+TORCH=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))')
 mkdir -p "$ROOT"
-exec 9>"$ROOT/.lock"
-flock 9
 
-for version in $VERSIONS; do
-    dir="$ROOT/$version"
-    if [[ -f "$dir/ready" && "$(cat "$dir/ready")" == "$STAMP" ]]; then
-        echo "vllm $version: ready at $dir (cached)"
-        continue
+# One version, in a subshell with `set -e` in force. Progress lines on stdout; pip's output in $log.
+prepare() {
+    local version=$1 dir=$ROOT/$1 log=$ROOT/$1.log started=$SECONDS
+    local src=$dir/src deps=$dir/deps-$ENV_ID
+    say() { echo "vllm $version: $*"; }
+    # One preparer per version at a time (parallel test runs share $ROOT); a second one waits, then finds it ready.
+    exec 9>"$ROOT/$version.lock"
+    flock -n 9 || { say "waiting for another preparer (holding $ROOT/$version.lock)"; flock 9; }
+    : > "$log"
+
+    if [[ ! -f "$src/ready" || "$(cat "$src/ready")" != "$STAMP" ]]; then
+        rm -rf "$dir"
+        mkdir -p "$dir/wheel"
+        say "downloading the wheel from PyPI (~250-340 MB, deleted once read)"
+        "$PY" -m pip download --no-deps "vllm==$version" -d "$dir/wheel" >>"$log" 2>&1
+        local wheel
+        wheel=$(ls "$dir"/wheel/vllm-*.whl)
+        say "extracting its Python sources ($(du -h "$wheel" | cut -f1) wheel)"
+        "$PY" .ci/vllm_wheel.py requirements "$wheel" > "$dir/requirements.txt"
+        "$PY" .ci/vllm_wheel.py pin "$wheel" xgrammar > "$dir/xgrammar.txt"
+        "$PY" .ci/vllm_wheel.py extract "$wheel" "$src" >>"$log"
+        rm -rf "$dir/wheel"
+        echo "$STAMP" > "$src/ready"
     fi
-    started=$SECONDS
-    rm -rf "$dir"
-    mkdir -p "$dir/wheel"
-    "$PY" -m pip download -q --no-deps "vllm==$version" -d "$dir/wheel"
-    wheel=$(ls "$dir"/wheel/vllm-*.whl)
-    "$PY" .ci/vllm_wheel.py requirements "$wheel" > "$dir/requirements.txt"
-    xgrammar=$("$PY" .ci/vllm_wheel.py pin "$wheel" xgrammar)
-    "$PY" .ci/vllm_wheel.py extract "$wheel" "$dir/src" >/dev/null
-    rm -rf "$dir/wheel"
 
-    "$PY" -m venv --system-site-packages "$dir/venv"
-    # The machine's torch stands in; a dependency that wants another torch must fail here, not fetch a CUDA one.
-    "$PY" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$dir/constraints.txt"
-    "$dir/venv/bin/python" -m pip install -q -r "$dir/requirements.txt" -c "$dir/constraints.txt"
-    # vLLM imports xgrammar at module level; its dependencies (torch, triton) are not wanted here.
-    "$dir/venv/bin/python" -m pip install -q --no-deps "$xgrammar"
+    if [[ ! -f "$deps/ready" ]]; then
+        local staging=$deps.partial
+        rm -rf "$staging"
+        mkdir -p "$staging"
+        say "resolving its dependencies against $PY (torch $TORCH stays)"
+        # The interpreter's torch stands in; a dependency that wants another torch must fail here, not fetch one.
+        echo "torch==$TORCH" > "$staging/constraints.txt"
+        "$PY" -m pip install --dry-run --report "$staging/report.json" \
+            -r "$dir/requirements.txt" -c "$staging/constraints.txt" >>"$log" 2>&1
+        "$PY" .ci/vllm_wheel.py missing "$staging/report.json" > "$staging/missing.txt"
+        # vLLM imports xgrammar at module level; its dependencies (torch, triton) are not wanted here.
+        cat "$dir/xgrammar.txt" >> "$staging/missing.txt"
+        say "installing $(wc -l < "$staging/missing.txt") packages it needs and $PY lacks"
+        "$PY" -m pip install --no-deps --target "$staging/site" -r "$staging/missing.txt" >>"$log" 2>&1
 
-    # The proof that this worked: vLLM's GDN layer module imports with the CPU torch.
-    PYTHONPATH="$dir/src" "$dir/venv/bin/python" - <<'EOF'
+        # The proof that this worked: vLLM's GDN layer module imports with this interpreter's torch.
+        say "importing its GDN layer"
+        PYTHONPATH="$src:$staging/site" "$PY" - >>"$log" 2>&1 <<'EOF'
 import importlib, sys
 for name in ("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",  # 0.22+
              "vllm.model_executor.layers.mamba.gdn_linear_attn",  # 0.19-0.21
@@ -70,6 +97,30 @@ for name in ("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",  # 0.2
 else:
     sys.exit("no GDN prefill backend choice found in this vLLM version")
 EOF
-    echo "$STAMP" > "$dir/ready"
-    echo "vllm $version: ready at $dir ($((SECONDS - started)) s, $(du -sh "$dir" | cut -f1))"
+        mv "$staging/site" "$deps"
+        mv "$staging"/*.txt "$staging/report.json" "$deps/"
+        rm -rf "$staging"
+        echo "$STAMP" > "$deps/ready"
+        say "prepared in $((SECONDS - started)) s ($(du -sh "$src" | cut -f1) sources, $(du -sh "$deps" | cut -f1) dependencies)"
+    fi
+    touch "$deps"  # most recently used first; the dependencies of other environments beyond the last 3 go
+    ls -dt "$dir"/deps-*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
+    say "ready: PYTHONPATH=$src:$deps"
+}
+
+failed=()
+for version in $VERSIONS; do
+    set +e
+    (set -e; prepare "$version")
+    status=$?
+    set -e
+    if [[ $status -ne 0 ]]; then
+        echo "vllm $version: FAILED (exit $status); the last lines of $ROOT/$version.log:" >&2
+        tail -n 15 "$ROOT/$version.log" | sed 's/^/    /' >&2
+        failed+=("$version")
+    fi
 done
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "install_vllm.sh: not prepared: ${failed[*]}" >&2
+    exit 1
+fi

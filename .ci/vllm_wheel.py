@@ -1,4 +1,4 @@
-"""Read a vLLM wheel for the GPU-less test environment that .ci/install_vllm.sh prepares (no network here).
+"""Read a vLLM wheel (and pip's report) for the GPU-less test environment .ci/install_vllm.sh prepares (no network).
 
   requirements WHEEL      the wheel's requirements minus what only the GPU build needs: torch and friends
                           (the machine's CPU torch stands in), CUDA libraries, GPU kernel packages, and
@@ -7,10 +7,18 @@
   pin WHEEL NAME          the requirement the wheel declares for NAME, e.g. 'xgrammar==0.2.8'
   extract WHEEL DEST      vLLM's Python sources and its .dist-info into DEST (no compiled extensions: they are
                           built for a CUDA torch and cannot load on the CPU build; vLLM tolerates their absence)
+  missing REPORT          from ``pip install --dry-run --report REPORT``: the distributions this interpreter
+                          lacks, pinned ('name==version', one a line); what it has already is not listed
+  env-id                  a short key for this interpreter and every distribution it sees: the dependencies
+                          prepared for one environment are reused by an identical one (a fresh CI venv)
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import json
+import platform
 import re
 import sys
 import zipfile
@@ -63,6 +71,17 @@ def extract(wheel: str, dest: str) -> int:
     return count
 
 
+def missing(report: str) -> list[str]:
+    install = json.loads(Path(report).read_text())["install"]
+    return [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in install]
+
+
+def env_id() -> str:
+    seen = sorted({f"{d.metadata['Name']}=={d.version}".lower() for d in importlib.metadata.distributions()})
+    key = "\n".join([sys.version, platform.machine(), *seen])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "requirements":
         print("\n".join(requirements(argv[1])))
@@ -70,6 +89,10 @@ def main(argv: list[str]) -> int:
         print(pin(argv[1], argv[2]))
     elif len(argv) == 3 and argv[0] == "extract":
         print(f"extracted {extract(argv[1], argv[2])} files")
+    elif len(argv) == 2 and argv[0] == "missing":
+        print("\n".join(missing(argv[1])))
+    elif argv == ["env-id"]:
+        print(env_id())
     else:
         print(__doc__, file=sys.stderr)
         return 2

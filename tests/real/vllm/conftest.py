@@ -1,13 +1,21 @@
 """Real vLLM releases for the plugin tests, prepared by .ci/install_vllm.sh (the same script CI runs; cached,
-so calling it again costs a moment), and the machine situations the tests put them in."""
+so calling it again costs a moment), and the machine situations the tests put them in.
+
+Each release is prepared on first use, on its own: its progress lines show in the terminal while it prepares
+(minutes the first time), and one that cannot be prepared skips (fails, under CI=true) only its own tests,
+with one line saying why; the full pip output stays in ``<root>/<version>.log``."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,23 +27,25 @@ SCENARIO = Path(__file__).with_name("scenario.py")
 # One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
 VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
+PREPARE_TIMEOUT = 1200  # seconds for one release; the first preparation takes 1-2 minutes
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
 @dataclass(frozen=True)
 class VllmRelease:
+    """One release's sources and dependencies, layered on this interpreter (its torch, its jitguard)."""
+
     version: str
-    python: Path
-    src: Path
+    pythonpath: str
 
     def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
         """Run scenario.py in this release's environment; (its RESULT, everything it printed)."""
         full = dict(env)
-        full["PYTHONPATH"] = str(self.src)
+        full["PYTHONPATH"] = self.pythonpath
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(
-            [str(self.python), str(SCENARIO), json.dumps(spec)],
+            [sys.executable, str(SCENARIO), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,
@@ -50,29 +60,78 @@ class VllmRelease:
         return json.loads(results[-1][len("RESULT ") :]), output
 
 
-@pytest.fixture(scope="session")
-def prepared_releases() -> dict[str, VllmRelease]:
-    proc = subprocess.run(
+def _terminal(config: pytest.Config) -> Callable[[str], None]:
+    """Write a line to the terminal now, past pytest's output capture (no ``-s`` needed)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if capture is None or reporter is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    return say
+
+
+def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
+    """Run .ci/install_vllm.sh for ``version``, passing its lines to ``say`` as they come; the release, or one
+    line saying why it could not be prepared."""
+    proc = subprocess.Popen(
         ["bash", str(REPO / ".ci" / "install_vllm.sh")],
-        env={**os.environ, "JITGUARD_VLLM_VERSIONS": " ".join(VERSIONS), "JITGUARD_VLLM_ROOT": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=1200,
+        env={
+            **os.environ,
+            "JITGUARD_VLLM_VERSIONS": version,
+            "JITGUARD_VLLM_ROOT": str(ROOT),
+            "PYTHON": sys.executable,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # its own process group: a timeout stops pip too, not only the script
     )
-    if proc.returncode != 0:
-        message = (
-            f".ci/install_vllm.sh failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return {v: VllmRelease(v, ROOT / v / "venv" / "bin" / "python", ROOT / v / "src") for v in VERSIONS}
+    watchdog = threading.Timer(PREPARE_TIMEOUT, os.killpg, (proc.pid, signal.SIGKILL))
+    watchdog.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.append(raw.rstrip())
+            say(lines[-1])
+        status = proc.wait()
+    finally:
+        watchdog.cancel()
+    ready = [m for line in lines if (m := re.search(r": ready: PYTHONPATH=(\S+)$", line))]
+    if status == 0 and ready:
+        return VllmRelease(version, ready[-1].group(1))
+    why = "timed out" if status == -9 else f"exit {status}"
+    return f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}; pip's output: {ROOT}/{version}.log)"
+
+
+@pytest.fixture(scope="session")
+def releases(pytestconfig: pytest.Config) -> Callable[[str], VllmRelease | str]:
+    """``version -> release`` (or why not), each prepared once per session, on first use."""
+    say = _terminal(pytestconfig)
+    done: dict[str, VllmRelease | str] = {}
+
+    def get(version: str) -> VllmRelease | str:
+        if version not in done:
+            done[version] = prepare(version, say)
+        return done[version]
+
+    return get
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
-def release(request: pytest.FixtureRequest, prepared_releases: dict[str, VllmRelease]) -> VllmRelease:
-    return prepared_releases[request.param]
+def release(request: pytest.FixtureRequest, releases: Callable[[str], VllmRelease | str]) -> VllmRelease:
+    prepared = releases(request.param)
+    if isinstance(prepared, str):
+        if os.environ.get("CI"):
+            pytest.fail(prepared, pytrace=False)
+        pytest.skip(prepared)
+    return prepared
 
 
 def _shared_library(directory: Path, name: str) -> None:
