@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
+import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
 
 PIECE = "x" * 4096
 PIECES = 8
@@ -169,43 +165,13 @@ def write_stubborn_project(root: Path, *, escape: bool) -> Path:
     return pids
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def read_pids(path: Path, count: int, timeout: float = 60.0) -> list[int]:
-    wait_for(
-        lambda: path.exists() and len(path.read_text().split()) >= count, f"{count} pids in {path}", timeout
-    )
-    return [int(x) for x in path.read_text().split()]
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def survivors(pids: set[int] | list[int], timeout: float = 15.0) -> list[int]:
-    """The pids still running after up to ``timeout`` s (stopping a tree takes a grace period)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(running(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if running(p)]
-
-
-@contextlib.contextmanager
-def reaping(pids: list[int]) -> Iterator[list[int]]:
-    """Stray test processes never outlive a failed test."""
-    try:
-        yield pids
-    finally:
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+def cli_build(
+    manifest: Path, *flags: str, env: dict[str, str] | None = None, stderr: Path | None = None
+) -> subprocess.Popen[str]:
+    """A real `jitguard build ninja MANIFEST` process (its stderr to a file, or piped)."""
+    argv = [sys.executable, "-m", "jitguard.cli", "build", "ninja", str(manifest), *flags]
+    full_env = {**os.environ, **(env or {})}
+    if stderr is None:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+    with open(stderr, "w") as err:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=full_env)

@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_projects import read_pids, reaping, survivors, write_shared_project, write_stubborn_project
+from fault_projects import write_shared_project, write_stubborn_project
 
 from jitguard.errors import BuildFailed
 from jitguard.supervise import slots
 from jitguard.supervise.keeper import start_time
 from jitguard.supervise.launcher import SLOT_COUNT_ENV, SLOTS_DIR_ENV
 from jitguard.supervise.runner import BuildOptions, run_ninja
+from live_processes import read_pids, reaping, survivors
 
 
 def _owner_of_a_dead_build() -> str:

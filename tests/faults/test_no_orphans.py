@@ -15,10 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_projects import read_pids, reaping, survivors, write_shared_project, write_stubborn_project
+from fault_projects import cli_build, write_shared_project, write_stubborn_project
 
 from jitguard.errors import BuildFailed
 from jitguard.supervise.runner import BuildOptions, run_ninja
+from live_processes import read_pids, reaping, survivors
 
 
 def _cli_build(manifest: Path, *flags: str) -> subprocess.Popen[bytes]:
@@ -47,7 +48,7 @@ def test_sigkill_of_jitguard_while_the_compiler_ignores_sigterm_leaves_no_proces
     tmp_path: Path, cache_dir: Path, containment: str
 ) -> None:
     pids_file = write_stubborn_project(tmp_path / "p", escape=True)
-    runner = _cli_build(tmp_path / "p" / "build.ninja", "--jobs", "1")
+    runner = cli_build(tmp_path / "p" / "build.ninja", "--jobs", "1", "--progress", "none")
     with reaping([runner.pid]) as strays:
         stubborn = read_pids(pids_file, 2)
         strays += stubborn
@@ -62,7 +63,7 @@ def test_sigkill_of_jitguard_while_the_compiler_ignores_sigterm_leaves_no_proces
 def test_the_slots_of_a_sigkilled_build_are_free_for_the_next_build(tmp_path: Path, cache_dir: Path) -> None:
     # The dead build held the only slot (1 job); the next, unrelated build must get it, not time out.
     pids_file = write_stubborn_project(tmp_path / "dead", escape=False)
-    runner = _cli_build(tmp_path / "dead" / "build.ninja", "--jobs", "1")
+    runner = cli_build(tmp_path / "dead" / "build.ninja", "--jobs", "1", "--progress", "none")
     with reaping([runner.pid]) as strays:
         strays += read_pids(pids_file, 1)
         runner.send_signal(signal.SIGKILL)

@@ -6,17 +6,20 @@ steps journal who ran them and notice a concurrent writer of the same output.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from fault_projects import SharedProject, reaping, survivors, wait_for, write_shared_project
+from fault_projects import SharedProject, cli_build, write_shared_project
 
 from jitguard.supervise.runner import BuildResult
+from live_processes import reaping, survivors, wait_for
 
 WORKER = Path(__file__).with_name("stampede_worker.py")
 RANKS = 8
@@ -24,25 +27,19 @@ ROUNDS = 20
 KILL_ROUNDS = (4, 13)  # the holder is SIGKILLed mid-build in these rounds
 
 
-def _cli_build(
-    project: SharedProject, *flags: str, env: dict[str, str] | None = None, stderr: Path | None = None
-) -> subprocess.Popen[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "jitguard.cli",
-        "build",
-        "ninja",
-        str(project.manifest),
-        "--jobs",
-        "2",
-        *flags,
-    ]
-    full_env = {**os.environ, **(env or {})}
-    if stderr is None:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
-    with open(stderr, "w") as err:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=full_env)
+@contextlib.contextmanager
+def _holding(project: SharedProject) -> Iterator[subprocess.Popen[str]]:
+    """A `jitguard build ninja` of ``project`` that holds its lock, stopped in the middle of compiling until
+    the block ends (or is killed in it)."""
+    project.hold.touch()
+    holder = cli_build(project.manifest, "--jobs", "2", "--progress", "none")
+    with reaping([holder.pid]):
+        wait_for(lambda: _started(project), "the holder to compile")
+        try:
+            yield holder
+        finally:
+            project.hold.unlink()
+            holder.communicate(timeout=60)
 
 
 def _builders(events: list[tuple[str, int, int, str]]) -> set[int]:
@@ -122,21 +119,15 @@ def test_a_second_build_waits_naming_the_holder_and_takes_over_when_the_holder_i
     tmp_path: Path, cache_dir: Path
 ) -> None:
     project = write_shared_project(tmp_path / "p")
-    project.hold.touch()
-    holder = _cli_build(project, "--progress", "none")
-    with reaping([holder.pid]):
-        wait_for(lambda: _started(project), "the holder to compile")
-        waiter_err = tmp_path / "waiter.err"
-        waiter = _cli_build(project, "--progress", "none", stderr=waiter_err)
-        with reaping([waiter.pid]):
-            wait_for(
-                lambda: f"lock held by pid {holder.pid}" in waiter_err.read_text(),
-                "the waiter to name the holder",
-            )
+    waiter_err = tmp_path / "waiter.err"
+    with reaping([]) as strays:
+        with _holding(project) as holder:
+            waiter = cli_build(project.manifest, "--jobs", "2", "--progress", "none", stderr=waiter_err)
+            strays.append(waiter.pid)
+            named = f"lock held by pid {holder.pid}"
+            wait_for(lambda: named in waiter_err.read_text(), "the waiter to name the holder")
             holder.send_signal(signal.SIGKILL)
-            holder.wait(timeout=30)
-            project.hold.unlink()
-            waiter.communicate(timeout=120)
+        waiter.communicate(timeout=120)
 
     text = waiter_err.read_text()
     assert waiter.returncode == 0, text
@@ -150,14 +141,9 @@ def test_a_build_waiting_longer_than_the_lock_timeout_fails_naming_the_holder(
     tmp_path: Path, cache_dir: Path
 ) -> None:
     project = write_shared_project(tmp_path / "p")
-    project.hold.touch()
-    holder = _cli_build(project, "--progress", "none")
-    with reaping([holder.pid]):
-        wait_for(lambda: _started(project), "the holder to compile")
-        waiter = _cli_build(project, "--json", env={"JITGUARD_LOCK_TIMEOUT": "2"})
+    with _holding(project) as holder:
+        waiter = cli_build(project.manifest, "--json", env={"JITGUARD_LOCK_TIMEOUT": "2"})
         out, _ = waiter.communicate(timeout=60)
-        project.hold.unlink()
-        holder.communicate(timeout=60)
 
     assert waiter.returncode == 1
     payload = json.loads(out)
@@ -174,25 +160,20 @@ def test_the_flashinfer_run_ninja_hook_shares_the_build_of_a_directory(
     from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
 
     project = write_shared_project(tmp_path / "p")
-    project.hold.touch()
-    holder = _cli_build(project, "--progress", "none")
-    with reaping([holder.pid]):
-        wait_for(lambda: _started(project), "the holder to compile")
-        outcome: list[BuildResult | BaseException] = []
+    outcome: list[BuildResult | BaseException] = []
 
-        def hook() -> None:
-            try:
-                outcome.append(run_ninja_for_flashinfer(project.root, project.manifest))
-            except BaseException as exc:
-                outcome.append(exc)
+    def hook() -> None:
+        try:
+            outcome.append(run_ninja_for_flashinfer(project.root, project.manifest))
+        except BaseException as exc:
+            outcome.append(exc)
 
-        thread = threading.Thread(target=hook)
+    thread = threading.Thread(target=hook)
+    with _holding(project) as holder:
         thread.start()
         thread.join(timeout=1.5)
         assert thread.is_alive() and not outcome  # waiting for the holder, not building beside it
-        project.hold.unlink()
-        holder.communicate(timeout=60)
-        thread.join(timeout=60)
+    thread.join(timeout=60)
 
     (result,) = outcome
     assert isinstance(result, BuildResult), result
