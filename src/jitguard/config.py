@@ -66,10 +66,9 @@ def parse_memory_spec(text: str, *, name: str = "memory budget") -> MemorySpec:
         if not 0 < pct <= 100:
             raise ConfigError(name, text, "a percentage between 0 and 100, such as 75%")
         return MemorySpec(fraction=pct / 100)
-    try:
-        return MemorySpec(bytes=parse_size(stripped, name=name))
-    except ConfigError:
-        raise ConfigError(name, text, "a size such as 32G or a percentage such as 75%") from None
+    if not _SIZE_RE.match(stripped):
+        raise ConfigError(name, text, "a size such as 32G or a percentage such as 75%")
+    return MemorySpec(bytes=parse_size(stripped, name=name))
 
 
 def parse_duration(text: str, *, name: str = "duration") -> float:

@@ -105,7 +105,7 @@ def _ninja_file(path: str) -> Path:
 
 def _log_path(text: str | None) -> Path | None:
     """``--log``: a regular file jitguard can append to (created if missing), never a directory, a device or a
-    file of /proc, /sys or /dev (writing a log line into /proc/sysrq-trigger would be an action)."""
+    file of /proc or /sys (writing a log line into /proc/sysrq-trigger would be an action)."""
     if not text:
         return None
     path = Path(text).expanduser().resolve()
@@ -114,10 +114,8 @@ def _log_path(text: str | None) -> Path | None:
         raise UsageError(
             f"--log {text}: is a directory; give the path of a file, e.g. --log {path / 'build.log'}"
         )
-    if any(path.is_relative_to(p) for p in (Path("/proc"), Path("/sys"), Path("/dev"))):
-        raise UsageError(
-            f"--log {text}: is not a place for a log ({path} is a kernel or device file); {example}"
-        )
+    if any(path.is_relative_to(p) for p in (Path("/proc"), Path("/sys"))):
+        raise UsageError(f"--log {text}: is not a place for a log ({path} is a kernel file); {example}")
     if path.exists() and not path.is_file():
         raise UsageError(f"--log {text}: is not a regular file; give the path of a file, {example}")
     try:

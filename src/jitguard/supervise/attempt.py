@@ -53,7 +53,7 @@ def build_env(b: _Build, jobs: int) -> dict[str, str]:
     env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
     env[launcher.SLOTS_DIR_ENV] = str(b.slots_dir)
     env[launcher.SLOT_COUNT_ENV] = str(jobs)
-    env[launcher.GRACE_ENV] = f"{process_tree.DEFAULT_GRACE_S:g}"
+    env[launcher.GRACE_ENV] = f"{b.options.kill_grace:g}"
     env[slots.OWNER_ENV] = f"{os.getpid()}:{start_time(os.getpid())}"
     env[slots.MODULE_ENV] = b.module
     return env
@@ -103,7 +103,9 @@ def run_attempt(
     note(b.log, f"attempt {attempt_no}: {' '.join(argv)}")
     attempt = Attempt(jobs=jobs)
     progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no)
-    tree = process_tree.ProcessTree.start(argv, env=build_env(b, jobs), keep_fds=b.keep_fds)
+    tree = process_tree.ProcessTree.start(
+        argv, env=build_env(b, jobs), keep_fds=b.keep_fds, grace=b.options.kill_grace
+    )
     assert tree.popen.stdout is not None
     lines: queue.Queue[str | None] = queue.Queue()
     pump = threading.Thread(target=_pump, args=(tree.popen.stdout, b.log, lines), daemon=True)

@@ -71,7 +71,7 @@ def start_time(pid: int) -> int | None:
 def running(pid: int) -> bool:
     """``pid`` exists and is not a zombie."""
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] not in ("Z", "X")  # type: ignore[index]
+    return fields is not None and len(fields) > 0 and fields[0] not in ("Z", "X")
 
 
 def descendants(root: int) -> list[int]:

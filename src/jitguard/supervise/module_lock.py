@@ -382,12 +382,15 @@ class ModuleLock:
         return info is not None and (info.pid, info.host) == (os.getpid(), socket.gethostname())
 
     def _report_wait(self, waited: float) -> None:
-        holder = self.holder()
-        who = (
-            holder.describe()
-            if holder
-            else "a process that has not said who it is (stock FlashInfer, or starting)"
-        )
+        data = read_json(self.sidecar_path)
+        last = HolderInfo.from_json(data) if data else None
+        if last is not None and last.is_alive() is not False:
+            who = last.describe()
+        elif last is not None:
+            # Its keeper holds the lock until every process of that build is gone; then we take over.
+            who = f"the build of pid {last.pid}, which has exited: its processes are being stopped"
+        else:
+            who = "a process that has not said who it is (stock FlashInfer, or starting)"
         log.warning(
             "jitguard: waiting for the build of %s: lock held by %s; waited %s, giving up in %s "
             "(JITGUARD_LOCK_TIMEOUT)",

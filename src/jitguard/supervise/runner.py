@@ -60,6 +60,7 @@ class BuildOptions:
     stall_timeout: float = 600
     slots_dir: Path | None = None
     lock_timeout: float = 3600  # waiting for another process's build of the same directory
+    kill_grace: float = 3.0  # SIGTERM -> SIGKILL when a build is stopped: how long a compile gets to exit
     # Additions beyond the agreed contract, all with defaults:
     progress: str = "auto"  # auto | bar | log | none (see build.progress)
     progress_interval: float = 15.0  # seconds between progress log lines

@@ -7,12 +7,9 @@ records in a journal when it held the memory, so a test can count how many ran a
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,22 +153,3 @@ class TreeSampler:
         self._stop.set()
         if self._thread:
             self._thread.join()
-
-
-def running(pid: int) -> bool:
-    """True when ``pid`` is a live process (a zombie waiting for its reaper counts as gone)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-@contextlib.contextmanager
-def killing(pids: list[int]) -> Iterator[None]:
-    """Make sure stray test processes never outlive a failed test."""
-    try:
-        yield
-    finally:
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import psutil
-from ninja_projects import MIB, TreeSampler, killing, max_overlap, write_project
+from ninja_projects import MIB, TreeSampler, max_overlap, write_project
 
 from jitguard.config import MemorySpec, parse_size
 from jitguard.facts.capacity import headroom_for
 from jitguard.supervise.runner import BuildOptions, run_ninja
+from live_processes import reaping as killing
 
 JOB_MIB = 100  # what each stand-in allocates (its RSS is ~110 MiB with the interpreter)
 JOB_MEMORY = 160 * MIB  # the per-job estimate given to the planner: what one job plus its launcher takes

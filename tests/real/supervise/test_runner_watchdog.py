@@ -12,11 +12,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ninja_projects import TreeSampler, killing, running, write_project
+from ninja_projects import TreeSampler, write_project
 
 from jitguard.errors import BuildFailed
 from jitguard.supervise import slots
 from jitguard.supervise.runner import BuildOptions, run_ninja
+from live_processes import reaping as killing
+from live_processes import running
 
 
 def _hung_pids(project_root: Path, count: int = 2, wait: float = 30.0) -> list[int]:
