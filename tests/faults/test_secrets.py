@@ -26,8 +26,8 @@ TOKENS = (GITHUB, HUGGING_FACE, OPENAI, AWS_ID, AWS_SECRET, PAIR)
 ENV = {
     "CUDA_HOME": f"/opt/cuda-{HUGGING_FACE}",
     "LD_LIBRARY_PATH": f"/usr/lib:/mnt/{GITHUB}/lib",
-    "NVCC_APPEND_FLAGS": f"-DAPI_TOKEN={PAIR} -DAWS={AWS_ID}",
-    "FLASHINFER_EXTRA_LDFLAGS": f"-L/opt/{OPENAI}/lib -Wl,--build-id=none -L/k/{AWS_SECRET}",
+    "NVCC_APPEND_FLAGS": f"-DAPI_TOKEN={PAIR} -DAWS={AWS_ID} -Xcompiler {AWS_SECRET}",
+    "FLASHINFER_EXTRA_LDFLAGS": f"-L/opt/{OPENAI}/lib -Wl,--build-id=none",
 }
 
 

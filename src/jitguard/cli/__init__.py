@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from jitguard import __version__
 from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError
+from jitguard.redaction import redact_text
 
 COMMANDS = ("doctor", "build", "cache", "gdn")
 
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.execute(args))
     except JitguardError as exc:
-        sys.stderr.write(f"jitguard: {exc}\n")
+        sys.stderr.write(f"jitguard: {redact_text(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("jitguard: interrupted\n")

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from jitguard.redaction import RedactingWriter
+
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
@@ -26,7 +28,7 @@ def console(stream: Any = None) -> Console:
     width = None if stream.isatty() else 160
     # NO_COLOR: no escape sequences at all (rich's own no_color still emits bold), so logs stay plain text.
     return Console(
-        file=stream,
+        file=RedactingWriter(stream),  # secrets by value (jitguard.redaction), whatever a finding quotes
         no_color=no_color,
         color_system=None if no_color else "auto",
         highlight=False,

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jitguard import fileio
 from jitguard.config import MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
+from jitguard.redaction import redact_text
 from jitguard.supervise import launcher, manifest, ninja_log, process_tree, slots
 from jitguard.supervise.oom import OomCounters, text_evidence
 from jitguard.supervise.progress import NINJA_STATUS, BuildProgress, Reporter, make_reporter
@@ -161,7 +163,7 @@ class _Build:
     plan: _Plan
     options: BuildOptions
     slots_dir: Path
-    log: IO[bytes]
+    log: fileio.LogFile
     log_path: Path
     cache_dir: Path
     reporter: Reporter
@@ -169,9 +171,14 @@ class _Build:
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
+    """A new log in ``<cache_dir>/logs``, or in the private temporary fallback when the cache dir is
+    refused or cannot take a file (``fileio.state_dir``; doctor says which)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in module)[:80] or "build"
-    return Path(cache_dir) / "logs" / f"{safe}-{stamp}-{os.getpid()}.log"
+    try:
+        directory = fileio.state_dir(cache_dir, "logs")
+    except OSError:
+        directory = Path(cache_dir) / "logs"  # opening the log then fails, and says why
+    return directory / f"{fileio.safe_name(module) or 'build'}-{stamp}-{os.getpid()}.log"
 
 
 def run_ninja(
@@ -196,8 +203,7 @@ def run_ninja(
     cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
     log_path = Path(log_path) if log_path else default_log_path(cache_dir, module)
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.touch()
+        log = fileio.open_log(log_path)  # never through a link, 0600, redacted
     except OSError as exc:
         raise UsageError(
             f"cannot write the build log {log_path}: {exc.strerror or exc}. Set JITGUARD_CACHE_DIR to a writable "
@@ -212,15 +218,18 @@ def run_ninja(
             log_path=log_path,
             module=module,
         )
-        log_path.write_text("jitguard: ninja was not found on PATH\n")
+        with log:
+            _note(log, "ninja was not found on PATH")
         raise BuildFailed(module, [finding], str(log_path), "ninja is not installed")
 
     started = time.monotonic()
-    with open(log_path, "ab") as log:
+    with log:
         _note(log, f"building {module}: {ninja_file} in {build_dir}")
         if manifest.nothing_to_do(ninja, build_dir, ninja_file):
             _note(log, "ninja: no work to do")
-            return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
+            return BuildResult(
+                module=module, log_path=log_path, jobs=0, attempts=0, wall_s=time.monotonic() - started, peak_rss_bytes=0
+            )
         plan = _plan(options, module, cache_dir)
         _note(log, f"plan: {plan.reason}")
         slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
@@ -284,7 +293,14 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             wall = time.monotonic() - b.started
             if attempt_no == 1 and any("ninja: no work to do" in line for line in attempt.text):
                 return BuildResult(
-                    b.module, b.log_path, jobs, 0, wall, 0, b.plan.budget_bytes, b.plan.job_memory
+                    module=b.module,
+                    log_path=b.log_path,
+                    jobs=jobs,
+                    attempts=0,
+                    wall_s=wall,
+                    peak_rss_bytes=0,
+                    budget_bytes=b.plan.budget_bytes,
+                    job_memory=b.plan.job_memory,
                 )
             _note(b.log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
             b.reporter.message(
@@ -293,16 +309,16 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             )
             _learn(b.cache_dir, b.module, peak_job)
             return BuildResult(
-                b.module,
-                b.log_path,
-                jobs,
-                attempt_no,
-                wall,
-                peak_rss,
-                b.plan.budget_bytes,
-                b.plan.job_memory,
-                peak_job,
-                b.plan.reason,
+                module=b.module,
+                log_path=b.log_path,
+                jobs=jobs,
+                attempts=attempt_no,
+                wall_s=wall,
+                peak_rss_bytes=peak_rss,
+                budget_bytes=b.plan.budget_bytes,
+                job_memory=b.plan.job_memory,
+                peak_job_rss_bytes=peak_job,
+                plan_reason=b.plan.reason,
             )
         if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
             jobs = max(1, jobs // 2)
@@ -347,13 +363,13 @@ def _launcher_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    """Copy ninja's output to the log, line by line, and hand each line to the supervisor."""
+def _pump(stream: IO[bytes], log: fileio.LogFile, lines: queue.Queue[str | None]) -> None:
+    """Copy ninja's output to the log, line by line, and hand each line (redacted) to the supervisor. A log
+    that cannot take more (a full disk) never stops the copy: ninja must not block on a full pipe."""
     try:
         for raw in iter(stream.readline, b""):
             log.write(raw)
-            log.flush()
-            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+            lines.put(redact_text(raw.decode("utf-8", "replace").rstrip("\n")))
     except (OSError, ValueError):
         pass
     finally:
@@ -515,12 +531,8 @@ def _oom_evidence(attempt: _Attempt, counters: OomCounters) -> list[str]:
 
 
 def _finding(code: str, backend: str, evidence: list[str], **params: Any) -> Finding:
-    """A finding from the catalog; an entry another area has not written yet degrades to build-failed."""
-    from jitguard.findings.catalog import CATALOG, make
+    from jitguard.findings.catalog import make
 
-    if code not in CATALOG:
-        params.setdefault("returncode", "n/a")
-        code = "build-failed"
     return make(code, backend=backend, evidence=evidence, **params)
 
 
@@ -584,7 +596,7 @@ def _diagnose(
     return findings, f"ninja exited with status {attempt.returncode}"
 
 
-def _note(log: IO[bytes], text: str) -> None:
+def _note(log: fileio.LogFile, text: str) -> None:
     """A line of jitguard's own in the build log (prefixed, so it is told apart from ninja's output)."""
     log.write(f"jitguard: {text}\n".encode())
     log.flush()

@@ -11,14 +11,18 @@ descriptions: they vanish when the last process holding one dies, so a killed bu
 the file descriptor is inherited by the compiler so the slot stays taken exactly as long as the compile runs.
 
 The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
-whose memory is not shared.
+whose memory is not shared. It lives in jitguard's cache dir, or in the private temporary fallback when the
+cache dir is refused or full (``jitguard.fileio.state_dir``). A slot file is never opened through a link: a
+link found at a slot's name is replaced by a plain file, so a dangling one cannot make jitguard create its
+target.
 
-stdlib only: the launcher imports this module once per compile command.
+stdlib and jitguard.fileio only: the launcher imports this module once per compile command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -26,15 +30,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard.fileio import PRIVATE_DIR_MODE, state_dir
+
 SLOT_PREFIX = "slot-"
 _POLL_START = 0.02
 _POLL_MAX = 0.5
 
 
 def host_slots_dir(cache_dir: Path) -> Path:
-    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``."""
-    host = socket.gethostname() or "localhost"
-    return Path(cache_dir) / "slots" / host.replace("/", "_")
+    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>`` (or the same under the
+    private temporary fallback)."""
+    host = (socket.gethostname() or "localhost").replace("/", "_")
+    try:
+        return state_dir(cache_dir, "slots") / host
+    except OSError:
+        return Path(cache_dir) / "slots" / host  # taking a slot then fails, and says why
 
 
 def slot_path(directory: Path, index: int) -> Path:
@@ -55,16 +65,22 @@ class Slot:
 
 def _open(path: Path) -> int:
     # Read-only is enough for flock, so processes of other users can share a world-readable directory.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return os.open(path, flags | os.O_CREAT, 0o644)
     except PermissionError:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, flags)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    os.unlink(path)  # a link at a slot's name (dangling or not): replace it, never follow it
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
 
 
 def try_acquire(directory: Path, count: int) -> Slot | None:
     """Take the lowest free slot of ``count``, or return None when all are held."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
     for index in range(max(1, count)):
         fd = _open(slot_path(directory, index))
         try:
