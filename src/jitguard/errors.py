@@ -103,11 +103,21 @@ class LockTimeout(BuildFailed):
     ``who`` describes the holder; ``waited`` is in seconds, ``waited_text`` the same for people."""
 
     def __init__(
-        self, module: str, finding: Finding, *, waited: float, waited_text: str, who: str, log_path: str | None
+        self,
+        module: str,
+        finding: Finding,
+        *,
+        waited: float,
+        waited_text: str,
+        who: str,
+        log_path: str | None,
     ) -> None:
         self.waited = waited
         super().__init__(
-            module, [finding], log_path, detail=f"gave up after waiting {waited_text} for the build lock held by {who}"
+            module,
+            [finding],
+            log_path,
+            detail=f"gave up after waiting {waited_text} for the build lock held by {who}",
         )
 
 

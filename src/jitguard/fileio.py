@@ -265,7 +265,9 @@ class LogFile:
             except OSError as exc:
                 self.error = exc
                 logging.getLogger("jitguard").warning(
-                    "jitguard: the build log %s stops here: %s; the build goes on", self.name, exc.strerror or exc
+                    "jitguard: the build log %s stops here: %s; the build goes on",
+                    self.name,
+                    exc.strerror or exc,
                 )
         return len(data)
 

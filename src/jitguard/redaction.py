@@ -28,8 +28,9 @@ from typing import Any
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
+# A token starts a word, or follows a one-letter flag (-L, -I, -D) it was glued to.
 _PREFIXED = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
+    r"(?:(?<![A-Za-z0-9])|(?<=-[A-Za-z]))(?:"
     r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|hf_[A-Za-z0-9]{20,}"
     r"|sk-[A-Za-z0-9_-]{20,}"
@@ -37,14 +38,17 @@ _PREFIXED = re.compile(
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r")(?![A-Za-z0-9])"
 )
+# Bounded repeats throughout: these run over every line of a build log, and an unbounded name part would make
+# a long run of word characters cost quadratic time.
 _PAIR = re.compile(
-    r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_.-]*(?:token|key|secret|passw(?:or)?d|credential)[A-Za-z0-9_.-]*"
-    r"\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s&;,'\"]+)"
+    r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_.-]{0,40}(?:token|key|secret|passw(?:or)?d|credential)[A-Za-z0-9_.-]{0,40}"
+    r"\s{0,3}=\s{0,3})(\"[^\"]*\"|'[^']*'|[^\s&;,'\"]+)"
 )
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}")
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)([^/\s@]+)(@)")
+_BEARER = re.compile(r"(?i)\b(bearer\s{1,3})[A-Za-z0-9._~+/=-]{16,}")
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,20}://[^/\s:@]{1,200}:)([^/\s@]{1,200})(@)")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{32,}")
 _MIN_RANDOM = 32
+_MAX_SLASHES = 2
 # Bits per character: random base62/base64 text of 32+ characters scores 4.2 or more (99 in 100 do).
 _MIN_ENTROPY = 4.2
 # CamelCase identifiers (kernel and class names) score as high; they are told apart by their words: runs of
@@ -56,7 +60,7 @@ _MAX_WORDINESS = 0.45
 
 def redact_text(text: str) -> str:
     """``text`` with every secret-shaped value replaced by ``<redacted>``."""
-    if len(text) < 16:  # nothing shorter can hold a secret of any shape above, and most strings are short
+    if len(text) < 16 and "=" not in text:  # only a name=value pair is that short, and most strings are
         return text
     text = _PREFIXED.sub(REDACTED, text)
     text = _PAIR.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) == REDACTED else REDACTED), text)
@@ -82,7 +86,9 @@ def redact_tree(value: Any, *, names: bool = True) -> Any:
     if isinstance(value, dict):
         return {
             (redact_text(k) if isinstance(k, str) else k): (
-                REDACTED if names and isinstance(k, str) and SECRET_NAME.search(k) else redact_tree(v, names=names)
+                REDACTED
+                if names and isinstance(k, str) and SECRET_NAME.search(k)
+                else redact_tree(v, names=names)
             )
             for k, v in value.items()
         }
@@ -113,11 +119,21 @@ def _random_run(match: re.Match[str]) -> str:
     start = match.start()
     if run.startswith("Z") and start > 0 and match.string[start - 1] == "_":
         return run  # an Itanium C++ mangled name (_ZN...), as linkers print them
-    core = run.strip("/")
-    if core.count("/") <= 2 and _looks_random(core):  # a base64 secret may hold a few slashes
-        return run.replace(core, REDACTED)
-    # Otherwise a path: judge each component.
-    return "/".join(REDACTED if _looks_random(part) else part for part in run.split("/"))
+    # A base64 secret may hold a few slashes, and may sit in a path: judge every run of up to three
+    # components (a path's own components are words, or too short).
+    parts = run.split("/")
+    secret = [False] * len(parts)
+    for first in range(len(parts)):
+        for last in range(first, min(len(parts), first + _MAX_SLASHES + 1)):
+            if _looks_random("/".join(parts[first : last + 1])):
+                secret[first : last + 1] = [True] * (last + 1 - first)
+    out: list[str] = []
+    for part, hidden in zip(parts, secret, strict=True):
+        if not hidden:
+            out.append(part)
+        elif not out or out[-1] != REDACTED:
+            out.append(REDACTED)
+    return "/".join(out)
 
 
 def _looks_random(text: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from fault_makers import (
     assert_no_traceback,
     base_env,
     fill_disk,
@@ -113,7 +113,17 @@ def test_a_build_on_a_full_disk_keeps_its_log_in_the_temp_fallback(tmp_path: Pat
     mnt = tmp_path / "mnt"
     manifest = tiny_project(tmp_path / "p")
     env = base_env(mnt / "cache")
-    command = [sys.executable, "-m", "jitguard", "build", "ninja", str(manifest), "--json", "--progress", "none"]
+    command = [
+        sys.executable,
+        "-m",
+        "jitguard",
+        "build",
+        "ninja",
+        str(manifest),
+        "--json",
+        "--progress",
+        "none",
+    ]
     proc = on_tmpfs(mnt, command, env, prepare=f"mkdir -p {mnt}/cache\n" + fill_disk(mnt))
     assert_no_traceback(proc)
     assert proc.returncode == 0, proc.stderr

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_project
-from jitguard.errors import UsageError
+from fault_makers import tiny_project
+from jitguard.errors import JitguardError, UsageError
 from jitguard.state.failure_cache import FailureCache
 from jitguard.supervise import slots
 from jitguard.supervise.module_lock import ModuleLock
-from jitguard.supervise.runner import BuildOptions, run_ninja
+from jitguard.supervise.runner import BuildOptions, BuildResult, run_ninja
 
 PRECIOUS = "root's own file, not jitguard's\n"
 
@@ -33,38 +33,43 @@ def _options(cache: Path) -> BuildOptions:
     return BuildOptions(jobs=1, cache_dir=cache, progress="none", slots_dir=cache / "slots")
 
 
+def _build(tmp_path: Path, log: Path | None = None) -> BuildResult:
+    """A real one-rule build with jitguard's cache in ``tmp_path/cache``."""
+    project = tiny_project(tmp_path / "p")
+    return run_ninja(project.parent, project, module="m", options=_options(tmp_path / "cache"), log_path=log)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    """Where the build's log will be: a name in the cache dir's logs directory, not created yet."""
+    (tmp_path / "cache" / "logs").mkdir(parents=True)
+    return tmp_path / "cache" / "logs" / "m.log"
+
+
 def test_a_build_log_path_that_is_a_planted_link_is_refused_and_its_target_untouched(
-    tmp_path: Path, victim: Path
+    tmp_path: Path, victim: Path, log: Path
 ) -> None:
-    cache = tmp_path / "cache"
-    (cache / "logs").mkdir(parents=True)
-    log = cache / "logs" / "m.log"
     log.symlink_to(victim)
     with pytest.raises(UsageError, match="symbolic link"):
-        run_ninja(tmp_path / "p", tiny_project(tmp_path / "p"), module="m", options=_options(cache), log_path=log)
+        _build(tmp_path, log)
     assert victim.read_text() == PRECIOUS
 
 
 def test_a_wrapped_manifest_path_that_is_a_planted_link_is_replaced_not_followed(
-    tmp_path: Path, victim: Path
+    tmp_path: Path, victim: Path, log: Path
 ) -> None:
-    cache = tmp_path / "cache"
-    (cache / "logs").mkdir(parents=True)
-    log = cache / "logs" / "m.log"
-    (cache / "logs" / "m.log.ninja").symlink_to(victim)
-    result = run_ninja(
-        tmp_path / "p", tiny_project(tmp_path / "p"), module="m", options=_options(cache), log_path=log
-    )
+    manifest = log.with_name(log.name + ".ninja")
+    manifest.symlink_to(victim)
+    result = _build(tmp_path, log)
     assert result.attempts == 1 and (tmp_path / "p" / "out.txt").exists()
     assert victim.read_text() == PRECIOUS
-    assert not (cache / "logs" / "m.log.ninja").is_symlink()
+    assert not manifest.is_symlink()
 
 
-def test_a_build_log_is_private_to_its_owner(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    result = run_ninja(tmp_path / "p", tiny_project(tmp_path / "p"), module="m", options=_options(cache))
+def test_a_build_log_is_private_to_its_owner_and_the_cache_dir_is_created_0700(tmp_path: Path) -> None:
+    result = _build(tmp_path)
     assert stat.S_IMODE(result.log_path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
 
 
 def test_a_dangling_slot_link_does_not_create_its_target(tmp_path: Path) -> None:
@@ -86,10 +91,9 @@ def test_a_dangling_lock_link_is_refused_and_its_target_not_created(tmp_path: Pa
     lock_path = tmp_path / "ws" / "mod.lock"
     lock_path.parent.mkdir()
     lock_path.symlink_to(target)
-    from jitguard.errors import LockUnavailable
-
-    with pytest.raises(LockUnavailable, match="symbolic link"):
+    with pytest.raises(JitguardError, match="symbolic link") as info:
         ModuleLock(lock_path, "mod", timeout=1).acquire()
+    assert type(info.value).__name__ == "LockUnavailable"
     assert not target.exists()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_no_traceback, base_env, jitguard, tiny_project
+from fault_makers import assert_no_traceback, base_env, jitguard, tiny_project
 from jitguard.errors import BuildFailed
 from jitguard.facts import environment
 
@@ -83,7 +83,9 @@ def test_build_output_on_the_terminal_holds_no_token(tmp_path: Path) -> None:
     printed = f"echo fatal error: cannot open /data/{GITHUB}/x.h; exit 3"
     manifest = tiny_project(tmp_path / "p", command=f"sh -c '{printed}'")
     for extra in ([], ["--json"]):
-        proc = jitguard(["build", "ninja", str(manifest), "--progress", "log", *extra], base_env(tmp_path / "c"))
+        proc = jitguard(
+            ["build", "ninja", str(manifest), "--progress", "log", *extra], base_env(tmp_path / "c")
+        )
         assert_no_traceback(proc)
         assert proc.returncode == 1
         assert "cannot open /data/" in proc.stdout + proc.stderr  # the evidence is shown, the token is not

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import FOREIGN_UID, as_nobody, base_env, chown_foreign, jitguard
+from fault_makers import FOREIGN_UID, as_nobody, base_env, chown_foreign, jitguard
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache
 from jitguard.state.job_memory import JobMemoryStore
@@ -61,7 +61,7 @@ def test_a_record_owned_by_another_user_is_ignored(tmp_path: Path) -> None:
 
 
 def test_a_planted_job_memory_record_does_not_decide_the_parallelism(tmp_path: Path) -> None:
-    from conftest import tiny_project
+    from fault_makers import tiny_project
     from jitguard.config import MemorySpec
     from jitguard.supervise.runner import BuildOptions, run_ninja
 
@@ -120,7 +120,9 @@ def test_doctor_refuses_a_world_writable_cache_dir_with_a_finding(tmp_path: Path
     cache = tmp_path / "cache"
     cache.mkdir()
     cache.chmod(0o777)
-    facts = SimpleNamespace(flashinfer=SimpleNamespace(workspace_dir=tmp_path / "ws"), disk=disk.probe([cache]))
+    facts = SimpleNamespace(
+        flashinfer=SimpleNamespace(workspace_dir=tmp_path / "ws"), disk=disk.probe([cache])
+    )
     found = checks_system.check(facts, "torch")  # type: ignore[arg-type]  # reads only these two facts
     untrusted = [f for f in found if f.code == "cache-dir-untrusted"]
     assert len(untrusted) == 1, [f.code for f in found]

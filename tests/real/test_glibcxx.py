@@ -185,7 +185,9 @@ def _facts(tc: toolchain.ToolchainFacts, lib: libstdcxx.LibstdcxxFacts) -> Simpl
     """Real toolchain and libstdc++ facts; the link trial is irrelevant here, so it is one that passed."""
     from jitguard.facts import libcuda
 
-    ok = libcuda.LinkTrial(library="cuda", status="ok", command=(), returncode=0, output="", library_path=None)
+    ok = libcuda.LinkTrial(
+        library="cuda", status="ok", command=(), returncode=0, output="", library_path=None
+    )
     link = libcuda.LinkFacts(
         cxx=(),
         cuda_home=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +28,9 @@ def console(stream: Any = None) -> Console:
     width = None if stream.isatty() else 160
     # NO_COLOR: no escape sequences at all (rich's own no_color still emits bold), so logs stay plain text.
     return Console(
-        file=RedactingWriter(stream),  # secrets by value (jitguard.redaction), whatever a finding quotes
+        file=cast(
+            IO[str], RedactingWriter(stream)
+        ),  # secrets by value (jitguard.redaction), whatever a finding quotes
         no_color=no_color,
         color_system=None if no_color else "auto",
         highlight=False,

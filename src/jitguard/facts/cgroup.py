@@ -74,7 +74,5 @@ def mounts(mountinfo: Path) -> tuple[CgroupMount, ...]:
 
 def relative_to_root(cgroup_path: str, mount_root: str) -> str:
     """``cgroup_path`` relative to a mount whose root is ``mount_root`` (unchanged when it lies elsewhere)."""
-    if mount_root and mount_root != "/":
-        if cgroup_path == mount_root or cgroup_path.startswith(mount_root + "/"):
-            return cgroup_path[len(mount_root) :]
-    return cgroup_path
+    inside = cgroup_path == mount_root or cgroup_path.startswith(mount_root + "/")
+    return cgroup_path[len(mount_root) :] if mount_root not in ("", "/") and inside else cgroup_path

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from jitguard.config import MemorySpec, format_bytes, parse_memory_spec, parse_size
 from jitguard.errors import ConfigError
 from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
-from jitguard.fileio import fallback_path
 from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
+from jitguard.fileio import fallback_path
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_packages import cuda_tag
 from jitguard.findings.model import Finding, Severity
@@ -303,7 +303,7 @@ def _workspace(facts: Facts) -> list[Finding]:
     )
 
 
-_CACHE_RELOCATE = {
+_CACHE_RELOCATE: dict[str, Any] = {
     "relocate_text": "Or move jitguard's cache dir:",
     "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
 }

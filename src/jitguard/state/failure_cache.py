@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jitguard import __version__
-from jitguard import fileio
+from jitguard import __version__, fileio
 from jitguard.config import default_cache_dir
 from jitguard.errors import StateUnwritable
 from jitguard.findings.model import Finding

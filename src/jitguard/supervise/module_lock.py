@@ -141,7 +141,9 @@ def _lock_timeout(module: str, waited: float, holder: HolderInfo | None, lock_pa
         lock_path=str(lock_path),
     )
     log_path = holder.log_path if holder else None
-    return LockTimeout(module, finding, waited=waited, waited_text=_duration(waited), who=who, log_path=log_path)
+    return LockTimeout(
+        module, finding, waited=waited, waited_text=_duration(waited), who=who, log_path=log_path
+    )
 
 
 class ModuleLock:
@@ -263,7 +265,9 @@ class ModuleLock:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise OSError(errno.ELOOP, "it is a symbolic link; remove it (jitguard never opens a lock through one)") from None
+                raise OSError(
+                    errno.ELOOP, "it is a symbolic link; remove it (jitguard never opens a lock through one)"
+                ) from None
             raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -228,7 +228,12 @@ def run_ninja(
         if manifest.nothing_to_do(ninja, build_dir, ninja_file):
             _note(log, "ninja: no work to do")
             return BuildResult(
-                module=module, log_path=log_path, jobs=0, attempts=0, wall_s=time.monotonic() - started, peak_rss_bytes=0
+                module=module,
+                log_path=log_path,
+                jobs=0,
+                attempts=0,
+                wall_s=time.monotonic() - started,
+                peak_rss_bytes=0,
             )
         plan = _plan(options, module, cache_dir)
         _note(log, f"plan: {plan.reason}")

@@ -162,7 +162,9 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         ),
         fixes=(
             FixTemplate("Make it private to its owner:", "chmod 700 {path}"),
-            FixTemplate("If another user owns it, give it to yourself:", "sudo chown -R $(id -u):$(id -g) {path}"),
+            FixTemplate(
+                "If another user owns it, give it to yourself:", "sudo chown -R $(id -u):$(id -g) {path}"
+            ),
             FixTemplate("{relocate_text}", "{relocate_command}"),
         ),
         area=_AREA,

@@ -1,4 +1,4 @@
-"""Helpers of the fault matrix (docs/reliability.md): every fault is real.
+"""Makers of real faults for the fault matrix (tests/faults/, docs/reliability.md): every fault is real.
 
 - a foreign owner is a real ``chown`` to uid 65534 (``nobody``); a view without root's powers is a real process
   running as that user;
