@@ -262,7 +262,13 @@ def run_ninja(
 
 def _build(b: _Build) -> BuildResult:
     wrapped = b.log_path.with_name(b.log_path.name + ".ninja")
-    manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
+    try:
+        manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
+    except OSError as exc:  # the log's directory filled up or changed since the log was opened
+        raise UsageError(
+            f"cannot write the wrapped build manifest {wrapped}: {exc.strerror or exc}. Free space there, or give "
+            "the log another place (e.g. --log /tmp/build.log)."
+        ) from None
     # ninja's log hashes command lines: keep plain-ninja objects and ours valid for both manifests.
     record = ninja_log.log_path(b.build_dir, b.ninja_file)
     original = ninja_log.compdb(b.ninja, b.build_dir, b.ninja_file)
