@@ -200,12 +200,6 @@ def json_files(directory: Path) -> list[Path]:
 # -- where state lives --------------------------------------------------------------------------------------
 
 
-def trusted_dir(root: Path, *parts: str, create: bool = True) -> Path:
-    """``root/parts...``, created 0700 where missing, after checking every level is trusted. Raises OSError."""
-    with _dir_fd(Path(root), parts, create=create):
-        return Path(root).joinpath(*parts)
-
-
 def fallback_path() -> Path:
     """The private temporary directory logs and slots fall back to: ``$TMPDIR/jitguard-<uid>``."""
     return Path(tempfile.gettempdir()) / f"jitguard-{os.geteuid()}"

@@ -27,10 +27,9 @@ def console(stream: Any = None) -> Console:
     # Off a terminal (logs, CI) rich would wrap at 80 columns; long paths and commands read better unwrapped.
     width = None if stream.isatty() else 160
     # NO_COLOR: no escape sequences at all (rich's own no_color still emits bold), so logs stay plain text.
+    # Through a redacting writer: secrets go by value too (jitguard.redaction), whatever a finding quotes.
     return Console(
-        file=cast(
-            IO[str], RedactingWriter(stream)
-        ),  # secrets by value (jitguard.redaction), whatever a finding quotes
+        file=cast(IO[str], RedactingWriter(stream)),
         no_color=no_color,
         color_system=None if no_color else "auto",
         highlight=False,

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitguard.fileio import PRIVATE_DIR_MODE, state_dir
+from jitguard.fileio import PRIVATE_DIR_MODE, safe_name, state_dir
 
 SLOT_PREFIX = "slot-"
 _POLL_START = 0.02
@@ -40,7 +40,7 @@ _POLL_MAX = 0.5
 def host_slots_dir(cache_dir: Path) -> Path:
     """The default slots directory of this host: ``<cache_dir>/slots/<hostname>`` (or the same under the
     private temporary fallback)."""
-    host = (socket.gethostname() or "localhost").replace("/", "_")
+    host = safe_name(socket.gethostname() or "localhost")
     try:
         return state_dir(cache_dir, "slots") / host
     except OSError:
