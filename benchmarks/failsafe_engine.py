@@ -57,6 +57,9 @@ def hide_libcuda() -> list[str]:
     hidden.mkdir(exist_ok=True)
     moved = []
     patterns = [
+        "/lib/libcuda.so",
+        "/usr/lib/libcuda.so",
+        "/lib64/libcuda.so",
         "/usr/lib/x86_64-linux-gnu/libcuda.so",
         "/usr/lib64/libcuda.so",
         "/usr/local/nvidia/lib*/libcuda.so",
@@ -67,7 +70,11 @@ def hide_libcuda() -> list[str]:
     for pattern in patterns:
         for path in glob.glob(pattern):
             target = hidden / path.strip("/").replace("/", "_")
-            shutil.move(path, target)
+            try:
+                shutil.move(path, target)
+            except OSError as exc:  # a read-only driver mount: not on the linker's default path anyway
+                moved.append(f"kept {path}: {exc.strerror}")
+                continue
             moved.append(path)
     subprocess.run(["ldconfig"], check=False)
     return moved

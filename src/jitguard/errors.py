@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -89,3 +91,85 @@ class BuildFailed(JitguardError):
         if log_path:
             lines.append(f"  Full log: {log_path}")
         super().__init__("\n".join(lines))
+
+
+class CachedBuildFailure(BuildFailed):
+    """The module already failed in this same environment (jitguard's failure cache); it was not retried.
+    ``ago`` says when, e.g. "3 min ago"."""
+
+    def __init__(self, module: str, findings: Sequence[Finding], log_path: str | None, *, ago: str) -> None:
+        super().__init__(
+            module,
+            findings,
+            log_path,
+            detail=(
+                f"it already failed {ago} in this same environment (jitguard's failure cache), so it was not "
+                "retried. Fixing the cause changes the environment fingerprint and the next attempt builds; "
+                f"to retry anyway: jitguard cache clear --module {module} --yes"
+            ),
+        )
+
+
+class LockTimeout(BuildFailed):
+    """Waited JITGUARD_LOCK_TIMEOUT for another process's build of the module; carries ``lock-timeout``.
+    ``who`` describes the holder; ``waited`` is in seconds, ``waited_text`` the same for people."""
+
+    def __init__(
+        self,
+        module: str,
+        finding: Finding,
+        *,
+        waited: float,
+        waited_text: str,
+        who: str,
+        log_path: str | None,
+    ) -> None:
+        self.waited = waited
+        super().__init__(
+            module,
+            [finding],
+            log_path,
+            detail=f"gave up after waiting {waited_text} for the build lock held by {who}",
+        )
+
+
+class LockUnavailable(JitguardError):
+    """The lock file cannot be created or opened at all (not contention): say whose it is and what to do."""
+
+    def __init__(self, module: str, lock_path: Path, exc: OSError) -> None:
+        self.module = module
+        self.lock_path = lock_path
+        owner = _owner_of(lock_path)
+        super().__init__(
+            f"Cannot open the build lock of {module} at {lock_path}: {exc.strerror or exc}{owner}. "
+            "Fix: run as the user who owns FlashInfer's cache, make that directory writable for you "
+            f"(`chmod -R u+w {lock_path.parent}`), or point FLASHINFER_WORKSPACE_BASE (FlashInfer's cache) and "
+            "JITGUARD_CACHE_DIR at directories you own."
+        )
+
+
+class StateUnwritable(JitguardError):
+    """jitguard could not change its own state as asked (``cache clear`` on a read-only cache dir): where,
+    why, and what to do. ``failures`` holds (path, reason) for every file that stayed."""
+
+    def __init__(self, action: str, root: Path, failures: Sequence[tuple[str, str]]) -> None:
+        self.root = root
+        self.failures = tuple(failures)
+        path, reason = self.failures[0]
+        more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+        super().__init__(
+            f"Cannot {action} in {root}: {path}: {reason}{more}. Fix: make the directory writable for this user "
+            f"(`chmod -R u+w {root}`; a read-only file system must be remounted read-write), or point "
+            "JITGUARD_CACHE_DIR at a directory of your own."
+        )
+
+
+def _owner_of(path: Path) -> str:
+    """' (<dir> is owned by uid N)' for the path or its nearest existing parent, when that is not us."""
+    for candidate in (path, *path.parents):
+        try:
+            uid = candidate.stat().st_uid
+        except OSError:
+            continue
+        return f" ({candidate} is owned by uid {uid})" if uid != os.geteuid() else ""
+    return ""

@@ -185,6 +185,23 @@ def _facts(tc: toolchain.ToolchainFacts, lib: libstdcxx.LibstdcxxFacts) -> Simpl
     """Real toolchain and libstdc++ facts; the link trial is irrelevant here, so it is one that passed."""
     from jitguard.facts import libcuda
 
-    ok = libcuda.LinkTrial("cuda", "ok", (), 0, "", None)
-    link = libcuda.LinkFacts((), None, (), (), None, None, ok, ok, (), "", False, None, True, True)
+    ok = libcuda.LinkTrial(
+        library="cuda", status="ok", command=(), returncode=0, output="", library_path=None
+    )
+    link = libcuda.LinkFacts(
+        cxx=(),
+        cuda_home=None,
+        ldflags=(),
+        extra_ldflags=(),
+        extra_ldflags_warning=None,
+        library_path=None,
+        cudart=ok,
+        cuda=ok,
+        candidates=(),
+        fingerprint="",
+        cached=False,
+        error=None,
+        cudart_links=True,
+        cuda_links=True,
+    )
     return SimpleNamespace(toolchain=tc, link=link, libstdcxx=lib, flashinfer=SimpleNamespace(era="nvcc"))

@@ -11,12 +11,12 @@ from pathlib import Path
 import jitguard
 
 PACKAGE = Path(jitguard.__file__).parent
-# Lowest first. `config` and `errors` are the ground every stage stands on; `report` holds pure renderers
+# Lowest first. `config`, `errors`, `fileio` (trusted file I/O) and `redaction` are the ground every stage stands on; `report` holds pure renderers
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
 # `state` is the record the build stage writes; the op (`gdn`) uses decision, state and the build stage;
 # the engine integrations use the op; the CLI sits on top of everything.
 STAGES = (
-    ("config", "errors"),
+    ("config", "errors", "fileio", "redaction"),
     ("facts",),
     ("findings",),
     ("decision",),

@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from jitguard import __version__
 from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError, UsageError
+from jitguard.redaction import redact_text
 
 COMMANDS = ("doctor", "build", "cache", "gdn")
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return int(args.execute(args))
     except JitguardError as exc:
-        sys.stderr.write(f"jitguard: {exc}\n")
+        sys.stderr.write(f"jitguard: {redact_text(str(exc))}\n")
         if _wants_json(args, argv):
             from jitguard.cli.envelope import error_dumps
 

@@ -1,7 +1,9 @@
 """`jitguard cache list|clear`: what jitguard remembers (build outcomes, memory per job); forgetting it.
 
 The failure cache makes a doomed build cost nothing at the next start; `clear` is how a user says "try again
-anyway" (normally unnecessary: fixing the cause changes the environment fingerprint by itself).
+anyway" (normally unnecessary: fixing the cause changes the environment fingerprint by itself). A cache dir
+jitguard does not trust (another user's, or writable by others) is not listed, and `list` says why; `clear`
+removes whatever is in the way, and says what stayed when the directory cannot be changed.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def execute(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     from jitguard.config import format_bytes
 
+    _say_if_untrusted(failures.cache_dir)
     now = time.time()
     records = failures.entries(include_expired=args.all, now=now)
     learned = memory.all()
@@ -151,3 +154,15 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     else:
         print(f"Removed {outcomes} cached outcome(s) and {learned} learned memory record(s) for {what}.")
     return EXIT_OK
+
+
+def _say_if_untrusted(cache_dir: Any) -> None:
+    """The ``cache-dir-untrusted`` finding on stderr when jitguard refuses the cache dir (its records are
+    then not listed: they are never believed)."""
+    from jitguard.cli.report import console, render_findings
+    from jitguard.facts.disk import probe_path
+    from jitguard.findings.checks_system import own_cache_dir
+
+    refused = [f for f in own_cache_dir(probe_path(cache_dir)) if f.code == "cache-dir-untrusted"]
+    if refused:
+        render_findings(console(sys.stderr), refused, indent="")

@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from jitguard import __version__
 from jitguard.errors import JitguardError
-
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-REDACTED = "<redacted>"
-
-
-def redact(value: Any) -> Any:
-    """Replace the value of every mapping key that names a secret, recursively."""
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if isinstance(k, str) and SECRET_NAME.search(k) else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    return value
+from jitguard.redaction import redact_tree
 
 
 def envelope(command: str, payload: dict[str, Any], *, version: int = 1) -> dict[str, Any]:
-    return redact({"schema": f"jitguard.{command}/{version}", "jitguard": __version__, **payload})
+    return redact_tree({"schema": f"jitguard.{command}/{version}", "jitguard": __version__, **payload})
 
 
 def dumps(command: str, payload: dict[str, Any], *, version: int = 1) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from jitguard.redaction import RedactingWriter
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -25,8 +27,9 @@ def console(stream: Any = None) -> Console:
     # Off a terminal (logs, CI) rich would wrap at 80 columns; long paths and commands read better unwrapped.
     width = None if stream.isatty() else 160
     # NO_COLOR: no escape sequences at all (rich's own no_color still emits bold), so logs stay plain text.
+    # Through a redacting writer: secrets go by value too (jitguard.redaction), whatever a finding quotes.
     return Console(
-        file=stream,
+        file=cast(IO[str], RedactingWriter(stream)),
         no_color=no_color,
         color_system=None if no_color else "auto",
         highlight=False,

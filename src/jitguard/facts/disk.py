@@ -5,7 +5,8 @@ whether we can write (``os.access`` plus a real temporary file, removed at once,
 does not exist yet, in the ancestor it would be created in: access(2) says yes to root on directories that
 still refuse files, such as /proc or a full quota), and whether OTHER users can
 write there. The last matters because FlashInfer dlopens any ``.so`` it finds in its cache: a directory others
-can write is a directory others can plant code in.
+can write is a directory others can plant code in. ``untrusted`` applies jitguard's stricter rules for its own
+state (``jitguard.fileio.untrusted_reasons``: no sticky-bit or root allowance) to an existing directory.
 
 An unreadable directory, a file where a directory should be, or a vanished path is a fact (``error``),
 never an exception.
@@ -20,6 +21,8 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from jitguard.fileio import others_can_write, untrusted_reasons
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class PathFacts:
     owner_uid: int | None
     mode: str | None  # octal permission bits of ``existing``, e.g. "0755"
     error: str | None  # what went wrong probing, e.g. "not a directory" or an OSError
+    # Why jitguard would not keep its own state in the path (an existing directory); empty when it would.
+    untrusted: tuple[str, ...] = ()
 
     @property
     def shared_writable(self) -> bool:
@@ -81,10 +86,13 @@ def probe_path(path: Path) -> PathFacts:
 
     owner = mode = None
     others: tuple[str, ...] = ()
+    untrusted: tuple[str, ...] = ()
     try:
         st = existing.stat()
         owner, mode = st.st_uid, f"{stat.S_IMODE(st.st_mode):04o}"
         others = others_can_write(st.st_mode, st.st_uid, st.st_gid)
+        if exists and is_dir:
+            untrusted = untrusted_reasons(st)
     except OSError as exc:
         error = error or _describe(exc)
 
@@ -113,29 +121,8 @@ def probe_path(path: Path) -> PathFacts:
         owner_uid=owner,
         mode=mode,
         error=error,
+        untrusted=untrusted,
     )
-
-
-def others_can_write(
-    mode: int, uid: int, gid: int, *, euid: int | None = None, egid: int | None = None
-) -> tuple[str, ...]:
-    """Why users other than us (and root) can write a directory with this mode and ownership.
-
-    The sticky bit (as on /tmp) stops others from replacing or deleting entries they do not own, so a
-    world- or group-writable sticky directory is not reported. A group-writable directory whose group is our
-    own primary group (the usual "user private group" setup) is not reported either.
-    """
-    euid = os.geteuid() if euid is None else euid
-    egid = os.getegid() if egid is None else egid
-    reasons = []
-    sticky = bool(mode & stat.S_ISVTX)
-    if mode & stat.S_IWOTH and not sticky:
-        reasons.append("writable by every user (o+w, no sticky bit)")
-    if mode & stat.S_IWGRP and not sticky and gid != egid:
-        reasons.append(f"writable by group {gid} (g+w, no sticky bit)")
-    if uid not in (euid, 0):
-        reasons.append(f"owned by another user (uid {uid})")
-    return tuple(reasons)
 
 
 def _first_existing_ancestor(path: Path) -> Path | None:

@@ -1,5 +1,5 @@
 """The environment variables that change how FlashInfer, FLA/Triton, vLLM and jitguard build or load kernels,
-with secrets redacted, plus the traps hidden in their values (MAX_JOBS that FlashInfer silently ignores,
+with secrets redacted (by name and by value: ``jitguard.redaction``), plus the traps hidden in their values (MAX_JOBS that FlashInfer silently ignores,
 FLASHINFER_JIT_VERBOSE that also turns on debug device code)."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from jitguard.redaction import redact_value
 
 # Named variables that matter; prefixes below add whole families.
 NAMES = (
@@ -43,9 +45,6 @@ PREFIXES = ("FLASHINFER_", "FLA_", "JITGUARD_", "CUTE_DSL_")
 # vLLM has hundreds of VLLM_* variables; only those about the kernels we guard are worth showing.
 _VLLM_RELEVANT = re.compile(r"FLASHINFER|GDN|CUTLASS|TRITON|ATTENTION|PLUGIN", re.IGNORECASE)
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-REDACTED = "<redacted>"
-
 
 @dataclass(frozen=True)
 class EnvironmentFacts:
@@ -68,12 +67,8 @@ def relevant(name: str) -> bool:
     return name.startswith("VLLM_") and bool(_VLLM_RELEVANT.search(name))
 
 
-def redact(name: str, value: str) -> str:
-    return REDACTED if SECRET_NAME.search(name) else value
-
-
 def probe(env: Mapping[str, str]) -> EnvironmentFacts:
-    variables = tuple(sorted((k, redact(k, v)) for k, v in env.items() if relevant(k)))
+    variables = tuple(sorted((k, redact_value(k, v)) for k, v in env.items() if relevant(k)))
     raw = env.get("MAX_JOBS")
     # FlashInfer (jit/cpp_ext.py) passes -j only when MAX_JOBS.isdigit(); anything else (" 4", "4.0", "auto")
     # is dropped without a word and ninja runs its default nproc+2 jobs.

@@ -28,6 +28,17 @@ def multiarch_dir() -> str:
     return f"{platform.machine()}-linux-gnu"
 
 
+# The loader's trusted directories (and GNU ld's default search path), Debian and Red Hat layouts.
+SYSTEM_LIB_DIRS = (
+    f"/lib/{multiarch_dir()}",
+    f"/usr/lib/{multiarch_dir()}",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+)
+
+
 def entries(timeout: float = 3.0) -> tuple[CacheEntry, ...]:
     """Entries of the loader cache for this machine's ABI; ``()`` when ldconfig is absent or fails."""
     ldconfig = shutil.which("ldconfig", path=_SEARCH)

@@ -6,8 +6,11 @@ FlashInfer 0.6.x links every JIT module with ``$CXX <objects> -shared -L$cuda_ho
 (``lib/``, no stubs) or a driverless build host fails with ``cannot find -lcuda`` only after every kernel
 compiled. This probe runs that link line on a one-line object in a temp dir, once per library so each gets its
 own verdict, with the caller's LIBRARY_PATH, and keeps the exact command and the linker's output as evidence.
-Results are cached per fingerprint of everything the linker's answer depends on. It also searches where a fix
-exists: a driver ``libcuda.so(.1)``, the toolkit's link stubs, pip and conda copies.
+Results are cached per fingerprint of everything the linker's answer depends on, under the cache dir's trust
+rules (``jitguard.fileio``: a verdict another user could have planted is never believed). The command and the
+linker's output are kept redacted (``jitguard.redaction``): a token in FLASHINFER_EXTRA_LDFLAGS or a library
+path is not evidence. It also searches where a fix exists: a driver ``libcuda.so(.1)``, the toolkit's link
+stubs, pip and conda copies.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from jitguard import fileio
 from jitguard.facts import ldcache
 from jitguard.facts.toolchain import ToolchainFacts
+from jitguard.redaction import redact_text
 
 LIBRARIES = ("cudart", "cuda")
 TRIAL_TIMEOUT_S = 30.0
@@ -38,15 +43,7 @@ _OUTPUT_LIMIT = 4000
 _PROBE_SOURCE = 'extern "C" int jitguard_link_probe(void) { return 0; }\n'
 # The directories GNU ld searches by default on Linux, plus common ones: a library appearing there changes
 # the answer, so their state is part of the cache key.
-_DEFAULT_LINK_DIRS = (
-    f"/lib/{ldcache.multiarch_dir()}",
-    f"/usr/lib/{ldcache.multiarch_dir()}",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-    "/usr/local/lib",
-)
+_DEFAULT_LINK_DIRS = (*ldcache.SYSTEM_LIB_DIRS, "/usr/local/lib")
 _DRIVER_DIRS = (
     f"/usr/lib/{ldcache.multiarch_dir()}",
     f"/lib/{ldcache.multiarch_dir()}",
@@ -174,18 +171,18 @@ def probe(
 
     def result(cudart: LinkTrial, cuda: LinkTrial, fp: str, cached: bool, error: str | None) -> LinkFacts:
         return LinkFacts(
-            cxx,
-            cuda_home,
-            tuple(ldflags),
-            extra,
-            warning,
-            library_path,
-            cudart,
-            cuda,
-            candidates,
-            fp,
-            cached,
-            error,
+            cxx=cxx,
+            cuda_home=cuda_home,
+            ldflags=tuple(ldflags),
+            extra_ldflags=extra,
+            extra_ldflags_warning=warning,
+            library_path=library_path,
+            cudart=cudart,
+            cuda=cuda,
+            candidates=candidates,
+            fingerprint=fp,
+            cached=cached,
+            error=error,
             cudart_links=cudart.ok,
             cuda_links=cuda.ok,
         )
@@ -204,8 +201,9 @@ def probe(
 
     assert cuda_home is not None
     key = fingerprint(toolchain, cuda_home, ldflags, library_path)
-    cache_file = Path(cache_dir) / "link" / f"{key[:40]}.json" if cache_dir is not None else None
-    recalled = _read_cache(cache_file, key) if cache_file else None
+    root = Path(cache_dir) if cache_dir is not None else None
+    cache_file = root / "link" / f"{key[:40]}.json" if root is not None else None
+    recalled = _read_cache(cache_file, key, root) if cache_file and root else None
     if recalled is not None:
         return result(recalled["cudart"], recalled["cuda"], key, True, None)
 
@@ -213,8 +211,8 @@ def probe(
     # A linker that timed out or could not start (returncode None) says nothing about this machine's
     # libraries, only about this moment: remembering it would report a missing libcuda until the key changes.
     answered = all(t.returncode is not None for t in trials.values())
-    if error is None and answered and cache_file is not None:
-        _write_cache(cache_file, key, trials)
+    if error is None and answered and cache_file is not None and root is not None:
+        _write_cache(cache_file, key, trials, root)
     return result(trials["cudart"], trials["cuda"], key, False, error)
 
 
@@ -367,9 +365,7 @@ def _trial_links(
             out = os.path.join(tmp, f"probe_{lib}.so")
             argv = [*cxx, obj, *link_flags(cuda_home, extra, (lib,)), "-o", out]
             returncode, output = _run(argv, run_env, tmp)
-            return LinkTrial(
-                lib, _verdict(lib, returncode, output), tuple(argv), returncode, output, library_path
-            )
+            return _trial(lib, _verdict(lib, returncode, output), argv, returncode, output, library_path)
 
         with ThreadPoolExecutor(max_workers=len(LIBRARIES)) as pool:
             trials = dict(zip(LIBRARIES, pool.map(trial, LIBRARIES), strict=True))
@@ -417,7 +413,26 @@ def _not_run(
     why: str,
 ) -> LinkTrial:
     argv = (*cxx, "<object>", *link_flags(cuda_home or "$cuda_home", extra, (library,)))
-    return LinkTrial(library, "not-run", argv, None, why, library_path)
+    return _trial(library, "not-run", argv, None, why, library_path)
+
+
+def _trial(
+    library: str,
+    status: str,
+    argv: Iterable[str],
+    returncode: int | None,
+    output: str,
+    library_path: str | None,
+) -> LinkTrial:
+    """A trial as kept and shown: its command, output and LIBRARY_PATH redacted."""
+    return LinkTrial(
+        library=library,
+        status=status,
+        command=tuple(redact_text(a) for a in argv),
+        returncode=returncode,
+        output=redact_text(output),
+        library_path=None if library_path is None else redact_text(library_path),
+    )
 
 
 def _search_dirs(flags: Iterable[str]) -> list[str]:
@@ -447,12 +462,12 @@ def _cuda_names(directory: str) -> list[str]:
         return []
 
 
-def _read_cache(path: Path, key: str) -> dict[str, LinkTrial] | None:
-    """The cached trials, or None for a missing, foreign or corrupt file (a miss, never an error)."""
+def _read_cache(path: Path, key: str, root: Path) -> dict[str, LinkTrial] | None:
+    """The cached trials, or None for a missing, untrusted, foreign or corrupt file (a miss, never an error)."""
+    data = fileio.read_json(path, root=root)
+    if data is None or data.get("schema") != _CACHE_SCHEMA or data.get("key") != key:
+        return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != _CACHE_SCHEMA or data.get("key") != key:
-            return None
         trials = {}
         for lib in LIBRARIES:
             raw = data["trials"][lib]
@@ -467,22 +482,12 @@ def _read_cache(path: Path, key: str) -> dict[str, LinkTrial] | None:
             if trials[lib].library != lib or trials[lib].status not in ("ok", "missing", "failed"):
                 return None
         return trials
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _write_cache(path: Path, key: str, trials: Mapping[str, LinkTrial]) -> None:
-    """Atomic write (temp file + rename); an unwritable cache dir only costs the next probe a re-run."""
+def _write_cache(path: Path, key: str, trials: Mapping[str, LinkTrial], root: Path) -> None:
+    """An unwritable or untrusted cache dir only costs the next probe a re-run."""
     payload = {"schema": _CACHE_SCHEMA, "key": key, "trials": {lib: asdict(t) for lib, t in trials.items()}}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(payload, handle)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        fileio.write_json(path, payload, root=root)

@@ -33,15 +33,6 @@ FIRST_GCC_WITH: dict[str, str] = {
     "GLIBCXX_3.4.33": "14.1",
     "GLIBCXX_3.4.34": "15.1",
 }
-# The loader's trusted directories, searched after LD_LIBRARY_PATH, RPATH and the cache.
-_DEFAULT_DIRS = (
-    f"/lib/{ldcache.multiarch_dir()}",
-    f"/usr/lib/{ldcache.multiarch_dir()}",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-)
 
 
 @dataclass(frozen=True)
@@ -185,7 +176,7 @@ def runtime_libstdcxx(env: Mapping[str, str], loaded: str | None) -> tuple[str |
     cached = ldcache.lookup(SONAME, ldcache.entries())
     if cached and os.path.exists(cached[0]):
         return os.path.realpath(cached[0]), "ldconfig"
-    for directory in _DEFAULT_DIRS:
+    for directory in ldcache.SYSTEM_LIB_DIRS:  # searched after LD_LIBRARY_PATH, RPATH and the cache
         found = _in_dir(directory)
         if found:
             return found, "default dirs"

@@ -18,6 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jitguard.facts.cgroup import memberships as parse_memberships
+from jitguard.facts.cgroup import mounts, read_keyed, read_text, relative_to_root
+
 # cgroup v1 reports "no limit" as PAGE_COUNTER_MAX * page size (0x7FFFFFFFFFFFF000 on 4 KiB pages) or similar
 # huge values; anything this large is no limit in practice.
 UNLIMITED_THRESHOLD = 1 << 62
@@ -117,7 +120,7 @@ def probe(*, cgroup_root: str | Path = "/sys/fs/cgroup", proc_root: str | Path =
     notes: list[str] = []
     total, avail = _read_meminfo(proc / "meminfo", notes)
     memberships = _read_proc_cgroup(proc / "self" / "cgroup", notes)
-    mount_roots = _read_mount_roots(proc / "self" / "mountinfo")
+    mount_roots = {str(m.point): m.root for m in mounts(proc / "self" / "mountinfo")}
 
     version: str | None = None
     levels: tuple[CgroupLevel, ...] = ()
@@ -128,14 +131,14 @@ def probe(*, cgroup_root: str | Path = "/sys/fs/cgroup", proc_root: str | Path =
         version = "v2"
         leaf = _locate(root, memberships.get("", "/"), mount_roots, notes)
         levels = tuple(_v2_level(d) for d in _ancestors(leaf, root))
-        oom = _read_keyed(leaf / "memory.events").get("oom_kill")
+        oom = read_keyed(leaf / "memory.events").get("oom_kill")
         quota = _min_quota(_v2_cpu_quota(d) for d in _ancestors(leaf, root))
     elif (root / "memory" / "memory.limit_in_bytes").is_file():
         version = "v1"
         mem_root = root / "memory"
         leaf = _locate(mem_root, memberships.get("memory", "/"), mount_roots, notes)
         levels = tuple(_v1_level(d) for d in _ancestors(leaf, mem_root))
-        oom = _read_keyed(leaf / "memory.oom_control").get("oom_kill")
+        oom = read_keyed(leaf / "memory.oom_control").get("oom_kill")
         cpu_root = _v1_cpu_root(root)
         if cpu_root is not None:
             cpu_leaf = _locate(cpu_root, memberships.get("cpu", "/"), mount_roots, notes)
@@ -163,15 +166,8 @@ def _affinity_count() -> int:
         return os.cpu_count() or 1
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def _read_meminfo(path: Path, notes: list[str]) -> tuple[int | None, int | None]:
-    text = _read_text(path)
+    text = read_text(path)
     if text is None:
         notes.append(f"cannot read {path}")
         return None, None
@@ -187,49 +183,18 @@ def _read_meminfo(path: Path, notes: list[str]) -> tuple[int | None, int | None]
 
 def _read_proc_cgroup(path: Path, notes: list[str]) -> dict[str, str]:
     """controller -> path; the v2 entry ("0::/path") is stored under ''."""
-    text = _read_text(path)
+    text = read_text(path)
     if text is None:
         notes.append(f"cannot read {path}; using the cgroup root")
         return {}
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, cg_path = parts
-        if controllers == "":
-            found[""] = cg_path
-        for name in controllers.split(","):
-            if name:
-                found[name] = cg_path
-    return found
-
-
-def _read_mount_roots(path: Path) -> dict[str, str]:
-    """mount point -> the cgroup path mounted there (field 4 of mountinfo), for cgroup and cgroup2 mounts.
-
-    Inside a container the mount's root is often the container's own cgroup, while /proc/self/cgroup still
-    names the full path; stripping the mount root maps one onto the other."""
-    text = _read_text(path)
-    roots: dict[str, str] = {}
-    if text is None:
-        return roots
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields = left.split()
-        if not sep or len(fields) < 5 or not right.split():
-            continue
-        if right.split()[0] in ("cgroup", "cgroup2"):
-            roots[fields[4]] = fields[3]
-    return roots
+    return parse_memberships(text)
 
 
 def _locate(mount: Path, cg_path: str, mount_roots: dict[str, str], notes: list[str]) -> Path:
     """The directory under ``mount`` for this process's cgroup ``cg_path``, else the mount itself."""
-    relative = cg_path
-    mount_root = mount_roots.get(str(mount))
-    if mount_root and mount_root != "/" and (relative == mount_root or relative.startswith(mount_root + "/")):
-        relative = relative[len(mount_root) :]
+    # Inside a container the mount's root is often the container's own cgroup, while /proc/self/cgroup
+    # still names the full path; stripping the mount root maps one onto the other.
+    relative = relative_to_root(cg_path, mount_roots.get(str(mount), "/"))
     candidate = mount / relative.strip("/")
     if candidate.is_dir():
         return candidate
@@ -250,22 +215,11 @@ def _ancestors(leaf: Path, root: Path) -> list[Path]:
 
 
 def _read_int(path: Path) -> int | None:
-    text = _read_text(path)
+    text = read_text(path)
     if text is None:
         return None
     text = text.strip()
     return int(text) if text.lstrip("-").isdigit() else None
-
-
-def _read_keyed(path: Path) -> dict[str, int]:
-    """'name value' lines (memory.stat, memory.events, memory.oom_control)."""
-    text = _read_text(path) or ""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
 
 
 def _limit(value: int | None) -> int | None:
@@ -275,9 +229,9 @@ def _limit(value: int | None) -> int | None:
 
 
 def _v2_level(directory: Path) -> CgroupLevel:
-    raw = (_read_text(directory / "memory.max") or "").strip()
+    raw = (read_text(directory / "memory.max") or "").strip()
     limit = _limit(int(raw)) if raw.isdigit() else None  # "max" or absent (the root): no limit
-    stat = _read_keyed(directory / "memory.stat")
+    stat = read_keyed(directory / "memory.stat")
     return CgroupLevel(
         path=str(directory),
         limit=limit,
@@ -287,7 +241,7 @@ def _v2_level(directory: Path) -> CgroupLevel:
 
 
 def _v1_level(directory: Path) -> CgroupLevel:
-    stat = _read_keyed(directory / "memory.stat")
+    stat = read_keyed(directory / "memory.stat")
     inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
     return CgroupLevel(
         path=str(directory),
@@ -306,7 +260,7 @@ def _v1_cpu_root(root: Path) -> Path | None:
 
 
 def _v2_cpu_quota(directory: Path) -> float | None:
-    parts = (_read_text(directory / "cpu.max") or "").split()
+    parts = (read_text(directory / "cpu.max") or "").split()
     if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]) > 0:
         return int(parts[0]) / int(parts[1])
     return None  # "max 100000" or absent

@@ -18,6 +18,7 @@ from jitguard.errors import ConfigError
 from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
 from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
+from jitguard.fileio import fallback_path
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.checks_packages import cuda_tag
@@ -310,28 +311,48 @@ def _workspace(facts: Facts) -> list[Finding]:
     )
 
 
+_CACHE_RELOCATE: dict[str, Any] = {
+    "relocate_text": "Or move jitguard's cache dir:",
+    "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
+}
+
+
 def _own_cache(facts: Facts) -> list[Finding]:
     workspace = str(facts.flashinfer.workspace_dir)
     found = []
     for entry in facts.disk.paths:
-        if entry.path == workspace:
-            continue
-        found += _directory(
-            entry,
-            backend="any",
-            purpose=f"jitguard's cache dir ({entry.path})",
-            unwritable_severity="warning",
-            consequence="Build failures are not remembered, and build logs and compile slots fall back to a "
-            "temporary directory.",
-            min_free=CACHE_MIN_FREE,
-            low_purpose="jitguard's cache (failure records, build logs)",
-            loader="jitguard's build hook",
-            relocate={
-                "relocate_text": "Or move jitguard's cache dir:",
-                "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
-            },
-        )
+        if entry.path != workspace:
+            found += own_cache_dir(entry)
     return found
+
+
+def own_cache_dir(entry: PathFacts) -> list[Finding]:
+    """The findings about jitguard's own cache dir: refused (``cache-dir-untrusted``: not read, not written),
+    unwritable, low on space. Its fallback for logs and slots is the one ``jitguard.fileio.state_dir`` uses."""
+    fallback = f"the private temporary directory {fallback_path()}"
+    if entry.untrusted:
+        return [
+            make(
+                "cache-dir-untrusted",
+                backend="any",
+                evidence=_disk_evidence(entry),
+                path=entry.path,
+                reasons="; ".join(entry.untrusted),
+                fallback=fallback,
+                **_CACHE_RELOCATE,
+            )
+        ]
+    return _directory(
+        entry,
+        backend="any",
+        purpose=f"jitguard's cache dir ({entry.path})",
+        unwritable_severity="warning",
+        consequence=f"Build failures are not remembered, and build logs and compile slots go to {fallback}.",
+        min_free=CACHE_MIN_FREE,
+        low_purpose="jitguard's cache (failure records, build logs)",
+        loader="jitguard's build hook",
+        relocate=_CACHE_RELOCATE,
+    )
 
 
 def _directory(

@@ -8,31 +8,36 @@ expire after a TTL (JITGUARD_FAILURE_TTL, default 7 days), because some causes (
 come and go without changing the fingerprint.
 
 One JSON file per key under ``<cache_dir>/outcomes/``, written atomically; concurrent writers each replace the
-whole file. A file that is missing, corrupt, from another schema or for another key is a miss, never an error.
+whole file. A file that is missing, corrupt, from another schema or for another key, or that the cache dir's
+trust rules refuse (``jitguard.fileio``: another user's file, a directory others can write, a link), is a miss,
+never an error; so is a record dated in the future or at a time that is not a number. A record that cannot be
+written (a read-only or full disk) is not remembered, and the build goes on. ``clear`` removes anything in the
+way, a directory or a link included, and says what stayed and why (``StateUnwritable``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import re
+import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jitguard import __version__
+from jitguard import __version__, fileio
 from jitguard.config import default_cache_dir
+from jitguard.errors import StateUnwritable
 from jitguard.findings.model import Finding
-from jitguard.state.atomic_file import read_json, write_json
 
 SCHEMA = "jitguard.failure-cache/1"
 DEFAULT_TTL_S = 7 * 24 * 3600.0
 TTL_ENV = "JITGUARD_FAILURE_TTL"
-# A record dated further in the future than this is treated as corrupt (a clock jump would otherwise pin it).
-_MAX_CLOCK_SKEW_S = 24 * 3600.0
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# A record dated further in the future than this has expired: a clock that jumped back would otherwise pin it.
+_MAX_CLOCK_SKEW_S = 300.0
+
+log = logging.getLogger("jitguard.state")
 
 Outcome = Literal["failure", "success"]
 
@@ -103,8 +108,8 @@ class FailureRecord:
         log_path = data.get("log_path")
         digest = data.get("source_digest")
         created = data["created"]
-        if not isinstance(created, (int, float)):
-            raise TypeError("created")
+        if not isinstance(created, (int, float)) or not math.isfinite(created):
+            raise ValueError(f"created {created!r}")  # NaN would never expire
         return cls(
             module=_text(data["module"]),
             fingerprint=_text(data["fingerprint"]),
@@ -146,7 +151,7 @@ class FailureCache:
         return cls(default_cache_dir(env), ttl=ttl_from_env(env))
 
     def path_for(self, module: str, fingerprint: str) -> Path:
-        return self.root / f"{_safe(module)}@{_digest(fingerprint)}.json"
+        return self.root / f"{fileio.safe_name(module)}@{_digest(fingerprint)}.json"
 
     def lookup(self, module: str, fingerprint: str, *, now: float | None = None) -> FailureRecord | None:
         """The live record for this key, success or failure; None when missing, expired or unreadable."""
@@ -186,12 +191,13 @@ class FailureCache:
 
     def record_success(
         self, module: str, fingerprint: str, *, source_digest: str | None = None
-    ) -> FailureRecord:
+    ) -> FailureRecord | None:
+        """Remember a success (it clears a recorded failure); None when it cannot be written."""
         return self._write(module, fingerprint, "success", (), None, source_digest)
 
     def forget(self, module: str) -> int:
         """Remove every record of ``module`` (all fingerprints). Returns how many files went."""
-        prefix = f"{_safe(module)}@"
+        prefix = f"{fileio.safe_name(module)}@"
         # By name too, so an unreadable file of the module goes as well.
         return self._remove(
             lambda record, path: (
@@ -202,14 +208,15 @@ class FailureCache:
     def entries(self, *, include_expired: bool = False, now: float | None = None) -> list[FailureRecord]:
         """Every readable record, newest first. Unreadable files are skipped (``clear`` removes them)."""
         found = []
-        for path in self._files():
+        for path in fileio.json_files(self.root):
             record = self._read(path)
             if record is not None and (include_expired or not self._expired(record, now)):
                 found.append(record)
         return sorted(found, key=lambda r: r.created, reverse=True)
 
     def clear(self) -> int:
-        """Remove every file of the cache, readable or not. Returns how many went."""
+        """Remove every file of the cache, readable or not (a directory or link in the way too). Returns how
+        many went; raises ``StateUnwritable`` naming what could not go."""
         return self._remove(lambda _record, _path: True)
 
     def prune(self, *, now: float | None = None) -> int:
@@ -226,7 +233,7 @@ class FailureCache:
         findings: tuple[Finding, ...],
         log_path: str | Path | None,
         source_digest: str | None,
-    ) -> FailureRecord:
+    ) -> FailureRecord | None:
         if not module or not fingerprint:
             raise ValueError("module and fingerprint must be non-empty")
         record = FailureRecord(
@@ -239,47 +246,32 @@ class FailureCache:
             jitguard_version=__version__,
             source_digest=source_digest,
         )
-        write_json(self.path_for(module, fingerprint), record.to_json())
+        try:
+            fileio.write_json(self.path_for(module, fingerprint), record.to_json(), root=self.cache_dir)
+        except OSError as exc:
+            log.info("jitguard: the %s of %s is not remembered: %s", outcome, module, exc)
+            return None
         return record
 
     def _read(self, path: Path) -> FailureRecord | None:
-        data = read_json(path)
+        data = fileio.read_json(path, root=self.cache_dir)
         if data is None:
             return None
         try:
-            record = FailureRecord.from_json(data)
+            return FailureRecord.from_json(data)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        if record.created > time.time() + _MAX_CLOCK_SKEW_S:
-            return None
-        return record
 
     def _expired(self, record: FailureRecord, now: float | None) -> bool:
-        return record.age(now) > self.ttl
-
-    def _files(self) -> list[Path]:
-        try:
-            names = self.root.iterdir()
-            return sorted(p for p in names if p.suffix == ".json" and not p.name.startswith("."))
-        except OSError:
-            return []
+        now = time.time() if now is None else now
+        return record.created > now + _MAX_CLOCK_SKEW_S or record.age(now) > self.ttl
 
     def _remove(self, select: Callable[[FailureRecord | None, Path], bool]) -> int:
-        removed = 0
-        for path in self._files():
-            if select(self._read(path), path):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed += 1
+        chosen = [path for path in fileio.json_files(self.root) if select(self._read(path), path)]
+        removed, stayed = fileio.remove_each(chosen)
+        if stayed:
+            raise StateUnwritable("remove cached build outcomes", self.root, stayed)
         return removed
-
-
-def _safe(module: str) -> str:
-    """A file-name-safe module name; a hash suffix keeps distinct names distinct after substitution."""
-    cleaned = _UNSAFE.sub("_", module)[:80]
-    if cleaned != module:
-        cleaned += "-" + hashlib.sha256(module.encode()).hexdigest()[:8]
-    return cleaned
 
 
 def _digest(fingerprint: str) -> str:

@@ -5,25 +5,27 @@ The budget divides the memory it may use by a per-job estimate to pick the paral
 the build records what it observed and the next plan uses that. The estimate is the largest of the last few
 observations: over-estimating costs some parallelism, under-estimating costs an OOM kill and a retry.
 
-One JSON file per module under ``<cache_dir>/job_memory/``; atomic writes; a corrupt file means "nothing
-learned yet".
+One JSON file per module under ``<cache_dir>/job_memory/``; atomic writes; a corrupt file, or one the cache
+dir's trust rules refuse (``jitguard.fileio``), means "nothing learned yet": a record another user planted
+must not decide the parallelism of every build.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitguard.state.atomic_file import read_json, write_json
+from jitguard import fileio
+from jitguard.errors import StateUnwritable
 
 SCHEMA = "jitguard.job-memory/1"
 KEEP = 5
 # Below this an observation is noise (a no-op ninja run, a link step); it would make the estimate useless.
 MIN_OBSERVATION_BYTES = 64 * 1024**2
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+log = logging.getLogger("jitguard.state")
 
 
 @dataclass(frozen=True)
@@ -41,16 +43,14 @@ class JobMemoryStore:
     """Per-module observed peak bytes per concurrent compile job."""
 
     def __init__(self, cache_dir: Path) -> None:
-        self.root = Path(cache_dir) / "job_memory"
+        self.cache_dir = Path(cache_dir)
+        self.root = self.cache_dir / "job_memory"
 
     def _path(self, module: str) -> Path:
-        name = _UNSAFE.sub("_", module)[:80]
-        if name != module:
-            name += "-" + hashlib.sha256(module.encode()).hexdigest()[:8]
-        return self.root / f"{name}.json"
+        return self.root / f"{fileio.safe_name(module)}.json"
 
     def read(self, module: str) -> JobMemory | None:
-        data = read_json(self._path(module))
+        data = fileio.read_json(self._path(module), root=self.cache_dir)
         if data is None or data.get("schema") != SCHEMA or data.get("module") != module:
             return None
         obs = data.get("observations")
@@ -65,26 +65,25 @@ class JobMemoryStore:
         return learned.estimate if learned else None
 
     def observe(self, module: str, per_job_bytes: int) -> JobMemory | None:
-        """Record one observation (peak bytes of one compile job). Tiny observations are ignored."""
+        """Record one observation (peak bytes of one compile job). Tiny observations are ignored, and one
+        that cannot be written (a read-only or full disk) is not remembered: both return None."""
         if per_job_bytes < MIN_OBSERVATION_BYTES:
             return None
         previous = self.read(module)
         kept = ((previous.observations if previous else ()) + (int(per_job_bytes),))[-KEEP:]
         learned = JobMemory(module, kept, time.time())
-        write_json(
-            self._path(module),
-            {"schema": SCHEMA, "module": module, "observations": list(kept), "updated": learned.updated},
-        )
+        record = {"schema": SCHEMA, "module": module, "observations": list(kept), "updated": learned.updated}
+        try:
+            fileio.write_json(self._path(module), record, root=self.cache_dir)
+        except OSError as exc:
+            log.info("jitguard: the memory per job of %s is not remembered: %s", module, exc)
+            return None
         return learned
 
     def all(self) -> list[JobMemory]:
-        try:
-            paths = sorted(self.root.glob("*.json"))
-        except OSError:
-            return []
         found = []
-        for path in paths:
-            data = read_json(path)
+        for path in fileio.json_files(self.root):
+            data = fileio.read_json(path, root=self.cache_dir)
             module = data.get("module") if data else None
             if isinstance(module, str):
                 learned = self.read(module)
@@ -93,12 +92,9 @@ class JobMemoryStore:
         return found
 
     def clear(self, module: str | None = None) -> int:
-        targets = [self._path(module)] if module else list(self.root.glob("*.json"))
-        removed = 0
-        for path in targets:
-            try:
-                path.unlink()
-                removed += 1
-            except FileNotFoundError:
-                pass
+        """Forget ``module`` (or every module): whatever is in the way goes, a directory or link included.
+        Returns how many went; raises ``StateUnwritable`` naming what could not go."""
+        removed, stayed = fileio.remove_each([self._path(module)] if module else fileio.json_files(self.root))
+        if stayed:
+            raise StateUnwritable("remove learned memory records", self.root, stayed)
         return removed

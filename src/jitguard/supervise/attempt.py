@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from jitguard import fileio
+from jitguard.redaction import redact_text
 from jitguard.supervise import launcher, process_tree, slots
 from jitguard.supervise.keeper import start_time
 from jitguard.supervise.oom import OomCounters, text_evidence
@@ -77,13 +79,13 @@ def _launcher_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _pump(stream: IO[bytes], log: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    """Copy ninja's output to the log, line by line, and hand each line to the supervisor."""
+def _pump(stream: IO[bytes], log: fileio.LogFile, lines: queue.Queue[str | None]) -> None:
+    """Copy ninja's output to the log, line by line, and hand each line (redacted) to the supervisor. A log
+    that cannot take more (a full disk) never stops the copy: ninja must not block on a full pipe."""
     try:
         for raw in iter(stream.readline, b""):
             log.write(raw)
-            log.flush()
-            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+            lines.put(redact_text(raw.decode("utf-8", "replace").rstrip("\n")))
     except (OSError, ValueError):
         pass
     finally:
@@ -253,7 +255,7 @@ def _oom_evidence(attempt: Attempt, counters: OomCounters) -> list[str]:
     return evidence
 
 
-def note(log: IO[bytes], text: str) -> None:
+def note(log: fileio.LogFile, text: str) -> None:
     """A line of jitguard's own in the build log (prefixed, so it is told apart from ninja's output)."""
     log.write(f"jitguard: {text}\n".encode())
     log.flush()

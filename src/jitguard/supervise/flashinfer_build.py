@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.config import Settings, default_cache_dir, format_duration, parse_jobs
-from jitguard.errors import BuildFailed, UsageError
+from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
 from jitguard.findings.model import Finding
-from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
+from jitguard.state.failure_cache import FailureCache, ttl_from_env
 from jitguard.supervise.module_lock import ModuleLock
 
 if TYPE_CHECKING:
@@ -56,23 +56,6 @@ BUILD_BLOCKING_CODES = frozenset(
 # Codes that doom only the GDN prefill modules (nvcc < 12.6 cannot compile the SM90 GDN kernel).
 GDN_BLOCKING_CODES = frozenset({"nvcc-too-old"})
 GDN_MODULE_PREFIX = "gdn_prefill"
-
-
-class CachedBuildFailure(BuildFailed):
-    """The module already failed in this same environment; it was not retried."""
-
-    def __init__(self, record: FailureRecord) -> None:
-        self.record = record
-        super().__init__(
-            record.module,
-            record.findings,
-            record.log_path,
-            detail=(
-                f"it already failed {_ago(record.age())} in this same environment (jitguard's failure cache),"
-                " so it was not retried. Fixing the cause changes the environment fingerprint and the next "
-                f"attempt builds; to retry anyway: jitguard cache clear --module {record.module} --yes"
-            ),
-        )
 
 
 @dataclass(frozen=True)
@@ -154,7 +137,7 @@ def check_before_build(
     """The failure cache, then pre-flight. Raises when the build is doomed; returns the non-blocking notes."""
     cached = failures.get(module, facts.fingerprint, source_digest=source_digest)
     if cached is not None:
-        raise CachedBuildFailure(cached)
+        raise CachedBuildFailure(cached.module, cached.findings, cached.log_path, ago=_ago(cached.age()))
     from jitguard.findings.checks import preflight
 
     findings = preflight(facts, "flashinfer")

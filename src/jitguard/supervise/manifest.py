@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jitguard.errors import UsageError
+from jitguard.fileio import write_atomic
 
 LAUNCH_VARIABLE = "jitguard_launch"
 _RULE = re.compile(r"^rule\s+\S+")
@@ -77,8 +78,8 @@ def write_wrapped(original: Path, destination: Path, prefix: Sequence[str]) -> i
     # ninja reads bytes: a file that is not UTF-8 (a Latin-1 path, a stray byte) is copied byte for byte, and
     # ninja itself then reports whatever is wrong with it.
     text, wrapped = wrap_commands(Path(original).read_text("utf-8", "surrogateescape"), prefix)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(text, "utf-8", "surrogateescape")
+    # Replaced atomically, never written through a link planted at the destination.
+    write_atomic(destination, text.encode("utf-8", "surrogateescape"))
     return wrapped
 
 

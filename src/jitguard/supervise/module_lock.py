@@ -29,9 +29,8 @@ from types import TracebackType
 from typing import Any
 
 from jitguard.config import format_duration as _duration
-from jitguard.errors import BuildFailed, JitguardError
-from jitguard.findings.model import Finding
-from jitguard.state.atomic_file import read_json, write_json
+from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.fileio import read_json, write_json
 
 LOGGER_NAME = "jitguard"
 SIDECAR_SUFFIX = ".jitguard.json"
@@ -128,82 +127,24 @@ def progress_from_log(path: Path) -> tuple[int, int] | None:
     return int(done), int(total)
 
 
-class LockTimeout(BuildFailed):
-    """Waited JITGUARD_LOCK_TIMEOUT for another process's build of the module; carries ``lock-timeout``."""
+def _lock_timeout(module: str, waited: float, holder: HolderInfo | None, lock_path: Path) -> LockTimeout:
+    from jitguard.findings.catalog import make
 
-    def __init__(self, module: str, waited: float, holder: HolderInfo | None, lock_path: Path) -> None:
-        self.waited = waited
-        self.holder = holder
-        who = holder.describe() if holder else "a process that did not say who it is (stock FlashInfer?)"
-        finding = _lock_timeout_finding(module, waited, who, lock_path)
-        super().__init__(
-            module,
-            [finding],
-            holder.log_path if holder else None,
-            detail=f"gave up after waiting {_duration(waited)} for the build lock held by {who}",
-        )
-
-
-def _lock_timeout_finding(module: str, waited: float, who: str, lock_path: Path) -> Finding:
-    evidence = [f"lock {lock_path} held by {who}", f"waited {_duration(waited)}"]
-    try:
-        from jitguard.findings.catalog import make
-
-        return make(
-            "lock-timeout",
-            backend="flashinfer",
-            evidence=evidence,
-            module=module,
-            waited=_duration(waited),
-            timeout=_duration(waited),
-            holder=who,
-            lock_path=str(lock_path),
-        )
-    except KeyError:
-        # The catalog entry is owned by the build area; until it lands, say the same thing directly.
-        from jitguard.findings.model import Fix
-
-        return Finding(
-            code="lock-timeout",
-            severity="error",
-            title=f"Timed out waiting for another process to build {module}",
-            cause=f"Another process held the build lock of {module} longer than JITGUARD_LOCK_TIMEOUT.",
-            evidence=tuple(evidence),
-            fixes=(
-                Fix(
-                    "Wait for the other build to finish, or raise the timeout",
-                    "export JITGUARD_LOCK_TIMEOUT=2h",
-                ),
-                Fix("If the holder is stuck, end it; the lock is released when it exits."),
-            ),
-            backend="flashinfer",
-        )
-
-
-class LockUnavailable(JitguardError):
-    """The lock file cannot be created or opened at all (not contention): say whose it is and what to do."""
-
-    def __init__(self, module: str, lock_path: Path, exc: OSError) -> None:
-        self.module = module
-        self.lock_path = lock_path
-        owner = _owner_of(lock_path)
-        super().__init__(
-            f"Cannot open the build lock of {module} at {lock_path}: {exc.strerror or exc}{owner}. "
-            "Fix: run as the user who owns FlashInfer's cache, make that directory writable for you "
-            f"(`chmod -R u+w {lock_path.parent}`), or point FLASHINFER_WORKSPACE_BASE (FlashInfer's cache) and "
-            "JITGUARD_CACHE_DIR at directories you own."
-        )
-
-
-def _owner_of(path: Path) -> str:
-    """' (owned by uid N)' for the path or its nearest existing parent, when that is not us."""
-    for candidate in (path, *path.parents):
-        try:
-            uid = candidate.stat().st_uid
-        except OSError:
-            continue
-        return f" ({candidate} is owned by uid {uid})" if uid != os.geteuid() else ""
-    return ""
+    who = holder.describe() if holder else "a process that did not say who it is (stock FlashInfer?)"
+    finding = make(
+        "lock-timeout",
+        backend="flashinfer",
+        evidence=[f"lock {lock_path} held by {who}", f"waited {_duration(waited)}"],
+        module=module,
+        waited=_duration(waited),
+        timeout=_duration(waited),
+        holder=who,
+        lock_path=str(lock_path),
+    )
+    log_path = holder.log_path if holder else None
+    return LockTimeout(
+        module, finding, waited=waited, waited_text=_duration(waited), who=who, log_path=log_path
+    )
 
 
 class ModuleLock:
@@ -272,7 +213,7 @@ class ModuleLock:
             waited = now - start
             if waited >= self.timeout:
                 self.waited = waited
-                raise LockTimeout(self.module, waited, self.holder(), self.lock_path)
+                raise _lock_timeout(self.module, waited, self.holder(), self.lock_path)
             if now >= next_report:
                 self._report_wait(waited)
                 next_report = now + self.report_interval
@@ -327,7 +268,15 @@ class ModuleLock:
     # -- internals --------------------------------------------------------------------------------------
 
     def _try_lock(self) -> int | None:
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        # Never through a link: a dangling one would make us create its target (as root, anywhere).
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError(
+                    errno.ELOOP, "it is a symbolic link; remove it (jitguard never opens a lock through one)"
+                ) from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jitguard.facts.cgroup import memberships, mounts, read_keyed, read_text
 from jitguard.findings.classify import OOM_TEXT
 from jitguard.supervise.launcher import KILLED_MARKER
 
@@ -34,39 +35,6 @@ def text_evidence(log_text: str) -> list[str]:
     return found
 
 
-def _read_keyed(path: Path) -> dict[str, int]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
-
-
-def _cgroup_mounts(proc: Path) -> tuple[list[tuple[Path, str]], Path | None]:
-    """(v1 memory mounts as (mount point, mounted root)), and the v2 mount point."""
-    v1: list[tuple[Path, str]] = []
-    v2: Path | None = None
-    try:
-        text = (proc / "self" / "mountinfo").read_text()
-    except OSError:
-        return v1, v2
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if not sep or len(fields) < 5 or len(rest) < 3:
-            continue
-        if rest[0] == "cgroup" and "memory" in rest[2].split(","):
-            v1.append((Path(fields[4]), fields[3]))
-        elif rest[0] == "cgroup2" and v2 is None:
-            v2 = Path(fields[4])
-    return v1, v2
-
-
 @dataclass
 class OomCounters:
     """``oom_kill`` counters of the memory cgroups a build's processes were seen in, first value vs. now."""
@@ -76,31 +44,21 @@ class OomCounters:
     vmstat_baseline: int | None = None
 
     def __post_init__(self) -> None:
-        self._v1, self._v2 = _cgroup_mounts(self.proc)
+        found = mounts(self.proc / "self" / "mountinfo")
+        self._v1 = [m for m in found if m.version == "v1" and "memory" in m.controllers]
+        self._v2 = next((m for m in found if m.version == "v2"), None)
         self.vmstat_baseline = self._vmstat()
 
     def _vmstat(self) -> int | None:
-        return _read_keyed(self.proc / "vmstat").get("oom_kill")
+        return read_keyed(self.proc / "vmstat").get("oom_kill")
 
     def _counter_files(self, pid: int | str) -> list[Path]:
-        try:
-            text = (self.proc / str(pid) / "cgroup").read_text()
-        except OSError:
-            return []
+        member = memberships(read_text(self.proc / str(pid) / "cgroup") or "")
         files: list[Path] = []
-        for line in text.splitlines():
-            parts = line.split(":", 2)
-            if len(parts) != 3:
-                continue
-            _, controllers, cg_path = parts
-            if controllers == "" and self._v2 is not None:
-                files.append(self._v2 / cg_path.strip("/") / "memory.events")
-            elif "memory" in controllers.split(","):
-                for mount, mounted_root in self._v1:
-                    relative = cg_path
-                    if mounted_root != "/" and relative.startswith(mounted_root):
-                        relative = relative[len(mounted_root) :]
-                    files.append(mount / relative.strip("/") / "memory.oom_control")
+        if "" in member and self._v2 is not None:
+            files.append(self._v2.point / member[""].strip("/") / "memory.events")
+        if "memory" in member:
+            files += [m.directory(member["memory"]) / "memory.oom_control" for m in self._v1]
         return [f for f in files if f.is_file()]
 
     def watch(self, pids: Iterable[int] | str = "self") -> None:
@@ -108,7 +66,7 @@ class OomCounters:
         for pid in [pids] if isinstance(pids, str) else pids:
             for path in self._counter_files(pid):
                 if path not in self.baseline:
-                    value = _read_keyed(path).get("oom_kill")
+                    value = read_keyed(path).get("oom_kill")
                     if value is not None:
                         self.baseline[path] = value
 
@@ -116,7 +74,7 @@ class OomCounters:
         """Evidence lines for every watched cgroup whose oom_kill counter grew."""
         lines = []
         for path, before in self.baseline.items():
-            now = _read_keyed(path).get("oom_kill")
+            now = read_keyed(path).get("oom_kill")
             if now is not None and now > before:
                 lines.append(
                     f"{path}: oom_kill {before} -> {now} (the kernel killed {now - before} process(es))"
@@ -132,7 +90,7 @@ class OomCounters:
     def reset(self) -> None:
         """New baselines for the next attempt."""
         for path in list(self.baseline):
-            value = _read_keyed(path).get("oom_kill")
+            value = read_keyed(path).get("oom_kill")
             if value is not None:
                 self.baseline[path] = value
         self.vmstat_baseline = self._vmstat()

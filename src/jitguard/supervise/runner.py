@@ -30,8 +30,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from jitguard import fileio
 from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
@@ -156,7 +157,7 @@ class _Build:
     plan: _Plan
     options: BuildOptions
     slots_dir: Path
-    log: IO[bytes]
+    log: fileio.LogFile
     log_path: Path
     cache_dir: Path
     reporter: Reporter
@@ -165,9 +166,14 @@ class _Build:
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
+    """A new log in ``<cache_dir>/logs``, or in the private temporary fallback when the cache dir is
+    refused or cannot take a file (``fileio.state_dir``; doctor says which)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in module)[:80] or "build"
-    return Path(cache_dir) / "logs" / f"{safe}-{stamp}-{os.getpid()}.log"
+    try:
+        directory = fileio.state_dir(cache_dir, "logs")
+    except OSError:
+        directory = Path(cache_dir) / "logs"  # opening the log then fails, and says why
+    return directory / f"{fileio.safe_name(module) or 'build'}-{stamp}-{os.getpid()}.log"
 
 
 def run_ninja(
@@ -194,8 +200,7 @@ def run_ninja(
     cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
     log_path = Path(log_path) if log_path else default_log_path(cache_dir, module)
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.touch()
+        log = fileio.open_log(log_path)  # never through a link, 0600, redacted
     except OSError as exc:
         raise UsageError(
             f"cannot write the build log {log_path}: {exc.strerror or exc}. Set JITGUARD_CACHE_DIR to a writable "
@@ -210,15 +215,23 @@ def run_ninja(
             log_path=log_path,
             module=module,
         )
-        log_path.write_text("jitguard: ninja was not found on PATH\n")
+        with log:
+            _note(log, "ninja was not found on PATH")
         raise BuildFailed(module, [finding], str(log_path), "ninja is not installed")
 
     started = time.monotonic()
-    with open(log_path, "ab") as log:
+    with log:
         _note(log, f"building {module}: {ninja_file} in {build_dir}")
         if manifest.up_to_date(ninja, build_dir, ninja_file):
             _note(log, "ninja: no work to do")
-            return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
+            return BuildResult(
+                module=module,
+                log_path=log_path,
+                jobs=0,
+                attempts=0,
+                wall_s=time.monotonic() - started,
+                peak_rss_bytes=0,
+            )
         lock = ModuleLock(
             build_dir / BUILD_LOCK_NAME, module, timeout=options.lock_timeout, log_path=log_path
         )
@@ -227,7 +240,14 @@ def run_ninja(
                 _note(
                     log, f"built by another process while this one waited {lock.waited:.1f} s: nothing to do"
                 )
-                return BuildResult(module, log_path, 0, 0, time.monotonic() - started, 0)
+                return BuildResult(
+                    module=module,
+                    log_path=log_path,
+                    jobs=0,
+                    attempts=0,
+                    wall_s=time.monotonic() - started,
+                    peak_rss_bytes=0,
+                )
             if lock.took_over_from is not None:
                 _note(
                     log, f"taking over from {lock.took_over_from.describe()}, which exited without finishing"
@@ -260,7 +280,13 @@ def run_ninja(
 
 def _build(b: _Build) -> BuildResult:
     wrapped = b.log_path.with_name(b.log_path.name + ".ninja")
-    manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
+    try:
+        manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
+    except OSError as exc:  # the log's directory filled up or changed since the log was opened
+        raise UsageError(
+            f"cannot write the wrapped build manifest {wrapped}: {exc.strerror or exc}. Free space there, or give "
+            "the log another place (e.g. --log /tmp/build.log)."
+        ) from None
     # ninja's log hashes command lines: keep plain-ninja objects and ours valid for both manifests.
     record = ninja_log.log_path(b.build_dir, b.ninja_file)
     original = ninja_log.compdb(b.ninja, b.build_dir, b.ninja_file)
@@ -296,7 +322,14 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             wall = time.monotonic() - b.started
             if attempt_no == 1 and any("ninja: no work to do" in line for line in attempt.text):
                 return BuildResult(
-                    b.module, b.log_path, jobs, 0, wall, 0, b.plan.budget_bytes, b.plan.job_memory
+                    module=b.module,
+                    log_path=b.log_path,
+                    jobs=jobs,
+                    attempts=0,
+                    wall_s=wall,
+                    peak_rss_bytes=0,
+                    budget_bytes=b.plan.budget_bytes,
+                    job_memory=b.plan.job_memory,
                 )
             _note(b.log, f"finished in {wall:.1f} s with {jobs} jobs; peak memory {format_bytes(peak_rss)}")
             b.reporter.message(
@@ -305,16 +338,16 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             )
             _learn(b.cache_dir, b.module, peak_job)
             return BuildResult(
-                b.module,
-                b.log_path,
-                jobs,
-                attempt_no,
-                wall,
-                peak_rss,
-                b.plan.budget_bytes,
-                b.plan.job_memory,
-                peak_job,
-                b.plan.reason,
+                module=b.module,
+                log_path=b.log_path,
+                jobs=jobs,
+                attempts=attempt_no,
+                wall_s=wall,
+                peak_rss_bytes=peak_rss,
+                budget_bytes=b.plan.budget_bytes,
+                job_memory=b.plan.job_memory,
+                peak_job_rss_bytes=peak_job,
+                plan_reason=b.plan.reason,
             )
         if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
             jobs = max(1, jobs // 2)
@@ -342,12 +375,8 @@ def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
 
 
 def _finding(code: str, backend: str, evidence: list[str], **params: Any) -> Finding:
-    """A finding from the catalog; an entry another area has not written yet degrades to build-failed."""
-    from jitguard.findings.catalog import CATALOG, make
+    from jitguard.findings.catalog import make
 
-    if code not in CATALOG:
-        params.setdefault("returncode", "n/a")
-        code = "build-failed"
     return make(code, backend=backend, evidence=evidence, **params)
 
 

@@ -11,7 +11,10 @@ descriptions: they vanish when the last process holding one dies, so a killed bu
 the file descriptor is inherited by the compiler so the slot stays taken exactly as long as the compile runs.
 
 The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
-whose memory is not shared.
+whose memory is not shared. It lives in jitguard's cache dir, or in the private temporary fallback when the
+cache dir is refused or full (``jitguard.fileio.state_dir``). A slot file is never opened through a link: a
+link found at a slot's name is replaced by a plain file, so a dangling one cannot make jitguard create its
+target.
 
 A slot is held by whoever has its file open, so a compiler that outlives its build (its jitguard SIGKILLed, the
 keeper too) would keep it. The runner puts its own identity (pid and start time, ``JITGUARD_BUILD_OWNER``) and
@@ -19,12 +22,13 @@ the module in the environment of every compile; ``holders_of`` finds the live pr
 what build they belong to, and ``reclaim`` ends those whose build's jitguard is gone. A waiting launcher
 reclaims as it waits, so such a slot is free again within a second, and a waiting build names the holders.
 
-stdlib only: the launcher imports this module once per compile command.
+stdlib and jitguard.fileio only: the launcher imports this module once per compile command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard.fileio import PRIVATE_DIR_MODE, safe_name, state_dir
 from jitguard.supervise.keeper import start_time
 
 SLOT_PREFIX = "slot-"
@@ -45,9 +50,13 @@ _RECLAIM_EVERY_S = 1.0
 
 
 def host_slots_dir(cache_dir: Path) -> Path:
-    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``."""
-    host = socket.gethostname() or "localhost"
-    return Path(cache_dir) / "slots" / host.replace("/", "_")
+    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>`` (or the same under the
+    private temporary fallback)."""
+    host = safe_name(socket.gethostname() or "localhost")
+    try:
+        return state_dir(cache_dir, "slots") / host
+    except OSError:
+        return Path(cache_dir) / "slots" / host  # taking a slot then fails, and says why
 
 
 def slot_path(directory: Path, index: int) -> Path:
@@ -68,16 +77,22 @@ class Slot:
 
 def _open(path: Path) -> int:
     # Read-only is enough for flock, so processes of other users can share a world-readable directory.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return os.open(path, flags | os.O_CREAT, 0o644)
     except PermissionError:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, flags)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    os.unlink(path)  # a link at a slot's name (dangling or not): replace it, never follow it
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
 
 
 def try_acquire(directory: Path, count: int) -> Slot | None:
     """Take the lowest free slot of ``count``, or return None when all are held."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
     for index in range(max(1, count)):
         fd = _open(slot_path(directory, index))
         try:

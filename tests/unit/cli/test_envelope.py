@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from jitguard import __version__
-from jitguard.cli.envelope import REDACTED, dumps
+from jitguard.cli.envelope import dumps
+from jitguard.redaction import REDACTED
 
 
 def test_envelope_has_schema_and_version() -> None:

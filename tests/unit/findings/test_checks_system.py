@@ -228,11 +228,23 @@ def test_own_cache_dir_findings_concern_every_backend(tmp_path: Path) -> None:
     shared.chmod(0o777)
     facts = make_facts(tmp_path, gpu=H200, memory=host(avail_gib=120, cpus=16))
     for backend in ("flashinfer", "triton", "torch"):
-        finding = only(checks_system.check(facts, backend), "cache-dir-shared-writable")
+        found = checks_system.check(facts, backend)
+        finding = only(found, "cache-dir-untrusted")  # refused, not merely warned about
+        assert "cache-dir-shared-writable" not in codes(found)
         assert (finding.severity, finding.backend) == ("warning", "any")
         assert "writable by every user" in finding.cause
-        assert finding.fixes[0].command == f"chmod go-w {shared}"
+        assert finding.fixes[0].command == f"chmod 700 {shared}"
         assert_filled(finding)
+
+
+def test_a_shared_writable_flashinfer_workspace_is_still_a_warning_of_its_own(tmp_path: Path) -> None:
+    facts = make_facts(tmp_path, gpu=H200, memory=host(avail_gib=120, cpus=16))
+    workspace = Path(facts.flashinfer.workspace_dir)
+    workspace.mkdir(parents=True)
+    workspace.chmod(0o777)
+    facts = make_facts(tmp_path, gpu=H200, memory=host(avail_gib=120, cpus=16))
+    finding = only(checks_system.check(facts, "flashinfer"), "cache-dir-shared-writable")
+    assert finding.backend == "flashinfer" and finding.fixes[0].command == f"chmod go-w {workspace}"
 
 
 def test_unwritable_own_cache_is_a_warning(tmp_path: Path) -> None:

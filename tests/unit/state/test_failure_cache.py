@@ -12,8 +12,8 @@ import pytest
 
 from jitguard import __version__
 from jitguard.errors import ConfigError
+from jitguard.fileio import write_json
 from jitguard.findings.model import Finding, Fix
-from jitguard.state.atomic_file import write_json
 from jitguard.state.failure_cache import DEFAULT_TTL_S, FailureCache, ttl_from_env
 
 FP = "fp-" + "a" * 60

@@ -151,6 +151,25 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="cache-dir-untrusted",
+        severity="warning",
+        title="jitguard does not trust its cache dir {path}",
+        cause=(
+            "{path} is {reasons}. Like ssh with ~/.ssh, jitguard neither reads nor writes state in a directory "
+            "that another user owns or can write: a planted record could otherwise decide a verdict or a build. "
+            "Until it is fixed, build outcomes and learned memory are not remembered, and build logs and compile "
+            "slots go to {fallback}."
+        ),
+        fixes=(
+            FixTemplate("Make it private to its owner:", "chmod 700 {path}"),
+            FixTemplate(
+                "If another user owns it, give it to yourself:", "sudo chown -R $(id -u):$(id -g) {path}"
+            ),
+            FixTemplate("{relocate_text}", "{relocate_command}"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="env-max-jobs-invalid",
         severity="warning",
         title="MAX_JOBS={max_jobs!r} does not limit FlashInfer's build",

@@ -1,0 +1,361 @@
+"""File primitives for jitguard's own state (failure records, learned memory, link verdicts, build logs,
+compile slots), shared by facts/, state/ and supervise/.
+
+The cache dir is trusted the way ssh trusts ``~/.ssh`` and pip its cache: jitguard creates it 0700, and a
+directory or file in it that another user owns, or that users other than us can write (``untrusted_reasons``),
+is never read: a record planted there must not decide a verdict or a build. In detail:
+
+- reads (``read_bytes``, ``read_json``) walk from the cache dir down with directory file descriptors, open
+  every level without following a link (``O_NOFOLLOW``) and check it; only a regular file of ours is read, up
+  to a size cap, and JSON of any depth parses or is a miss. Any problem is a miss (None), never an exception;
+- writes (``write_atomic``, ``write_json``) create a new private file (0600, ``O_EXCL``) in the same directory
+  and rename it over the target: a link planted at the target is replaced, never followed. JSON is redacted
+  (``jitguard.redaction``) on its way to disk;
+- a build log (``open_log``) is opened without following a link, kept 0600 and redacted line by line; a full
+  disk ends the log, never the build;
+- ``state_dir`` says where logs and slots live: in the cache dir when it is trusted and takes a file, else in
+  a private temporary directory (``fallback_root``), the fallback ``jitguard doctor`` names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from jitguard.redaction import redact_bytes, redact_tree
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+MAX_READ_BYTES = 4 * 1024 * 1024  # the largest record jitguard writes is a few KiB
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted where a file should be must not hang the reader.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+log = logging.getLogger("jitguard.state")
+
+
+class UntrustedPath(PermissionError):
+    """A directory or file jitguard does not trust with its state; ``reasons`` says why."""
+
+    def __init__(self, path: str | Path, reasons: Sequence[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__(errno.EPERM, f"not trusted ({'; '.join(self.reasons)})", str(path))
+
+
+def others_can_write(
+    mode: int,
+    uid: int,
+    gid: int,
+    *,
+    euid: int | None = None,
+    egid: int | None = None,
+    sticky_protects: bool = True,
+    root_is_trusted: bool = True,
+) -> tuple[str, ...]:
+    """Why users other than us can write (or replace) a directory with this mode and ownership.
+
+    A group-writable directory whose group is our own primary group (the usual "user private group" setup) is
+    not reported. With ``sticky_protects`` (a directory FlashInfer loads from) the sticky bit, as on /tmp, makes
+    a world- or group-writable directory safe enough, and root as owner is not "another user"; jitguard's own
+    state is judged without those allowances (``untrusted_reasons``).
+    """
+    euid = os.geteuid() if euid is None else euid
+    egid = os.getegid() if egid is None else egid
+    reasons = []
+    sticky = sticky_protects and bool(mode & stat.S_ISVTX)
+    bits = ", no sticky bit" if sticky_protects else ""
+    if mode & stat.S_IWOTH and not sticky:
+        reasons.append(f"writable by every user (o+w{bits})")
+    if mode & stat.S_IWGRP and not sticky and gid != egid:
+        reasons.append(f"writable by group {gid} (g+w{bits})")
+    if uid != euid and not (root_is_trusted and uid == 0):
+        reasons.append(f"owned by another user (uid {uid})")
+    return tuple(reasons)
+
+
+def untrusted_reasons(st: os.stat_result) -> tuple[str, ...]:
+    """Why jitguard would not trust this directory or file with its state (empty: it would)."""
+    return others_can_write(st.st_mode, st.st_uid, st.st_gid, sticky_protects=False, root_is_trusted=False)
+
+
+def safe_name(text: str, *, limit: int = 80) -> str:
+    """A file-name-safe form of ``text``; a hash suffix keeps distinct names distinct after substitution."""
+    cleaned = _UNSAFE.sub("_", text)[:limit]
+    if cleaned != text:
+        cleaned += "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return cleaned
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+
+
+def read_bytes(path: Path, *, root: Path | None = None) -> bytes:
+    """The bytes of ``path``, a regular file of ours that others cannot write, opened without following a
+    link. With ``root`` every directory from ``root`` down to the file must be trusted too. Raises OSError."""
+    path = Path(path)
+    with _parent_fd(path, root, create=False) as dir_fd:
+        fd = os.open(path.name, _READ, dir_fd=dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            reasons = untrusted_reasons(st)
+            if reasons:
+                raise UntrustedPath(path, reasons)
+            data = os.read(fd, MAX_READ_BYTES + 1)
+        finally:
+            os.close(fd)
+    if len(data) > MAX_READ_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
+    return data
+
+
+def read_json(path: Path, *, root: Path | None = None) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (see ``read_bytes``), or None: missing, untrusted, unreadable, too large,
+    too deep, not JSON or not an object. Every file jitguard keeps is a cache, and a miss is always safe."""
+    try:
+        data = json.loads(read_bytes(path, root=root))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# -- writing -----------------------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
+    """Replace ``path`` with a private (0600) file holding ``data``; readers never see half of it, and a link
+    at ``path`` is replaced, not followed. Missing directories are created 0700 (every one from ``root`` down
+    checked, as for reading). Raises OSError (``UntrustedPath`` for a directory jitguard does not trust)."""
+    path = Path(path)
+    with _parent_fd(path, root, create=True) as dir_fd:
+        temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+
+
+def write_json(path: Path, data: dict[str, Any], *, root: Path | None = None) -> None:
+    """``data`` as JSON, secrets redacted, written with ``write_atomic`` (concurrent writers: last one wins)."""
+    text = json.dumps(redact_tree(data, names=False), indent=1, sort_keys=True) + "\n"
+    write_atomic(path, text.encode(), root=root)
+
+
+def remove(path: Path) -> bool:
+    """Remove whatever is at ``path`` (a file, a link, a whole directory) without following a link. False
+    when nothing was there; raises OSError when it cannot go (a read-only file system)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_each(paths: Iterable[Path]) -> tuple[int, list[tuple[str, str]]]:
+    """``remove`` every path: how many went, and (path, reason) for each that could not."""
+    removed = 0
+    stayed: list[tuple[str, str]] = []
+    for path in paths:
+        try:
+            removed += remove(path)
+        except OSError as exc:
+            stayed.append((str(path), exc.strerror or str(exc)))
+    return removed, stayed
+
+
+def json_files(directory: Path) -> list[Path]:
+    """Every ``*.json`` entry of ``directory`` but hidden (temporary) ones, sorted, whatever its type (so a
+    directory or link in the way can be cleared); none when the directory is missing or unreadable."""
+    try:
+        found = Path(directory).iterdir()
+        return sorted(p for p in found if p.suffix == ".json" and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+# -- where state lives --------------------------------------------------------------------------------------
+
+
+def fallback_path() -> Path:
+    """The private temporary directory logs and slots fall back to: ``$TMPDIR/jitguard-<uid>``."""
+    return Path(tempfile.gettempdir()) / f"jitguard-{os.geteuid()}"
+
+
+def fallback_root() -> Path:
+    """``fallback_path()``, created 0700; a fresh private ``mkdtemp`` directory when that name is taken by a
+    link, a file or a directory that is not ours alone."""
+    path = fallback_path()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and not untrusted_reasons(st):
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"{path.name}-"))
+
+
+def state_dir(cache_dir: Path, name: str) -> Path:
+    """``<cache_dir>/<name>`` when the cache dir is trusted and can take a file now, else
+    ``<fallback_root()>/<name>``. Raises OSError only when neither can."""
+    try:
+        return _usable(Path(cache_dir), name)
+    except OSError as exc:
+        log.info("jitguard: %s cannot take %s (%s); using %s", cache_dir, name, exc, fallback_path())
+    return _usable(fallback_root(), name)
+
+
+def _usable(root: Path, name: str) -> Path:
+    with _dir_fd(root, (name,), create=True) as dir_fd:
+        probe = f".probe-{secrets.token_hex(6)}"
+        fd = os.open(probe, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        try:
+            os.write(fd, b"x")  # a full disk still creates empty files (inodes); a byte needs a block
+        finally:
+            os.close(fd)
+            os.unlink(probe, dir_fd=dir_fd)
+    return root / name
+
+
+# -- build logs ---------------------------------------------------------------------------------------------
+
+
+class LogFile:
+    """A build log: private (0600), append-only, every write redacted. Writing never raises: the first
+    failure (a full disk) is kept in ``error``, said once through logging, and the rest is dropped."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.name = str(path)
+        self.error: OSError | None = None
+        self._handle = os.fdopen(fd, "ab", buffering=0)
+
+    def write(self, data: bytes) -> int:
+        if self.error is None:
+            try:
+                self._handle.write(redact_bytes(data))
+            except OSError as exc:
+                self.error = exc
+                logging.getLogger("jitguard").warning(
+                    "jitguard: the build log %s stops here: %s; the build goes on",
+                    self.name,
+                    exc.strerror or exc,
+                )
+        return len(data)
+
+    def flush(self) -> None:
+        """Every write goes straight to the file (unbuffered); kept for the file interface."""
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._handle.close()
+
+    def __enter__(self) -> LogFile:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def open_log(path: Path) -> LogFile:
+    """Open (or create) the log ``path`` for appending without following a link; it must be a regular file
+    of ours, and is made 0600. Missing directories are created 0700. Raises OSError."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "it is a symbolic link (jitguard never writes through one)", str(path)
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file", str(path))
+        if st.st_uid != os.geteuid():
+            raise UntrustedPath(path, [f"owned by another user (uid {st.st_uid})"])
+        if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return LogFile(path, fd)
+
+
+# -- directory descriptors ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _parent_fd(path: Path, root: Path | None, *, create: bool) -> Iterator[int]:
+    """A descriptor of the directory holding ``path``: walked and checked from ``root`` when given, else the
+    parent as it is (a directory jitguard does not own, such as FlashInfer's workspace)."""
+    if root is None:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        fd = os.open(path.parent, _DIR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    parts = path.relative_to(root).parts[:-1]
+    with _dir_fd(Path(root), parts, create=create) as fd:
+        yield fd
+
+
+@contextlib.contextmanager
+def _dir_fd(root: Path, parts: Sequence[str], *, create: bool) -> Iterator[int]:
+    """A descriptor of ``root/parts...``, every level checked with ``untrusted_reasons``. ``root`` itself may
+    be reached through a link (the user's choice, e.g. ~/.cache on another disk); nothing below it."""
+    if create:
+        os.makedirs(root, mode=PRIVATE_DIR_MODE, exist_ok=True)
+    fd = os.open(root, _DIR)
+    try:
+        _check(fd, root)
+        current = root
+        for part in parts:
+            current = current / part
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, PRIVATE_DIR_MODE, dir_fd=fd)
+            child = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            _check(fd, current)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _check(fd: int, path: Path) -> None:
+    reasons = untrusted_reasons(os.fstat(fd))
+    if reasons:
+        raise UntrustedPath(path, reasons)
