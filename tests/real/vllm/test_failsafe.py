@@ -45,13 +45,20 @@ def test_without_pyelftools_a_workable_flashinfer_is_kept_but_not_called_passed(
 def test_a_broken_probe_leaves_vllms_choice_with_at_most_one_warning(
     release: Any, situations: Any, mode: str
 ) -> None:
-    spec = {"requests": ["auto", "flashinfer"], "layers": 2, "inject": ["gpu", mode]}
+    spec: dict[str, Any] = {"requests": ["auto", "flashinfer"], "layers": 2, "inject": ["gpu", mode]}
+    if mode == "raise":  # the scenario's own facts can then stand in for the host's CUDA torch
+        spec["torch_build"] = CUDA_TORCH
     env = situations.hopper(libcuda=True)
     env["JITGUARD_PREFLIGHT_TIMEOUT"] = "3s"
     result, output = release.run(spec, env)
     for run in result["runs"]:
         assert run["error"] is None, run["error"]
+        # raise: the GPU fact is unknown, nothing else is against FlashInfer; hang: no status at all. Either
+        # way nothing proves FlashInfer doomed, so vLLM's own choice stands in every layer.
+        assert run["layers"] == ["flashinfer", "flashinfer"]
     assert PASSED not in output
-    if mode == "hang":  # the status never came: vLLM's own choice stands everywhere
-        assert all(run["layers"] == ["flashinfer", "flashinfer"] for run in result["runs"])
+    if mode == "raise":
+        assert "fact-unavailable" in result["status"]["codes"]
+        assert len(warnings(output, "could not verify FlashInfer GDN prefill")) == 1
+    else:
         assert len(warnings(output, "[jitguard-fault]")) == 1
