@@ -27,7 +27,9 @@ SCENARIO = Path(__file__).with_name("scenario.py")
 # One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
 VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
-PREPARE_TIMEOUT = 1200  # seconds for one release; the first preparation takes 1-2 minutes
+# Seconds for one release (the first preparation takes 1-1.5 minutes); under pytest-timeout's 600 s per test,
+# which counts fixture setup, so this one stops it first, with its own message.
+PREPARE_TIMEOUT = 500
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
@@ -106,8 +108,22 @@ def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
     ready = [m for line in lines if (m := re.search(r": ready: PYTHONPATH=(\S+)$", line))]
     if status == 0 and ready:
         return VllmRelease(version, ready[-1].group(1))
-    why = "timed out" if status == -9 else f"exit {status}"
-    return f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}; pip's output: {ROOT}/{version}.log)"
+    why = f"timed out after {PREPARE_TIMEOUT} s" if status == -signal.SIGKILL else f"exit {status}"
+    log = ROOT / f"{version}.log"
+    return (
+        f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}){_last_error(log)}; full log: {log}"
+    )
+
+
+def _last_error(log: Path) -> str:
+    """': <pip's last ERROR line>' (or the log's last line), cut to fit in one line; '' without a log."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("ERROR")]
+    last = (errors or lines or [""])[-1]
+    return f": {last[:200]}" if last else ""
 
 
 @pytest.fixture(scope="session")
