@@ -27,9 +27,9 @@ SCENARIO = Path(__file__).with_name("scenario.py")
 # One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
 VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
-# Seconds for one release (the first preparation takes 1-1.5 minutes); under pytest-timeout's 600 s per test,
-# which counts fixture setup, so this one stops it first, with its own message.
-PREPARE_TIMEOUT = 500
+# Seconds for one release: the first preparation takes 1-1.5 minutes, up to 5 on a busy machine or a slow network.
+# The test whose setup prepares it gets this much more than pytest-timeout's 600 s (which counts fixture setup).
+PREPARE_TIMEOUT = 1200
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
@@ -103,6 +103,10 @@ def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
             lines.append(raw.rstrip())
             say(lines[-1])
         status = proc.wait()
+    except BaseException:  # Ctrl-C or pytest-timeout: no pip left running
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     finally:
         watchdog.cancel()
     ready = [m for line in lines if (m := re.search(r": ready: PYTHONPATH=(\S+)$", line))]
@@ -124,6 +128,15 @@ def _last_error(log: Path) -> str:
     errors = [line for line in lines if line.startswith("ERROR")]
     last = (errors or lines or [""])[-1]
     return f": {last[:200]}" if last else ""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Room for a first preparation in the setup of whichever test needs a release first."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if "release" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(PREPARE_TIMEOUT + 600))
 
 
 @pytest.fixture(scope="session")
