@@ -109,10 +109,13 @@ def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
         raise
     finally:
         watchdog.cancel()
-    ready = [m for line in lines if (m := re.search(r": ready: PYTHONPATH=(\S+)$", line))]
+    ready = [m for line in lines if (m := re.search(r"\bready: PYTHONPATH=(\S+)$", line))]
     if status == 0 and ready:
         return VllmRelease(version, ready[-1].group(1))
-    why = f"timed out after {PREPARE_TIMEOUT} s" if status == -signal.SIGKILL else f"exit {status}"
+    if status == -signal.SIGKILL:
+        why = f"timed out after {PREPARE_TIMEOUT} s"
+    else:
+        why = f"exit {status}" if status else "exit 0 but no 'ready: PYTHONPATH=...' line"
     log = ROOT / f"{version}.log"
     return (
         f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}){_last_error(log)}; full log: {log}"
@@ -120,12 +123,12 @@ def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
 
 
 def _last_error(log: Path) -> str:
-    """': <pip's last ERROR line>' (or the log's last line), cut to fit in one line; '' without a log."""
+    """': <pip's last 'ERROR:' line>' (or the log's last line), cut to fit in one line; '' without a log."""
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    errors = [line for line in lines if line.startswith("ERROR")]
+    errors = [line for line in lines if line.startswith("ERROR:")]
     last = (errors or lines or [""])[-1]
     return f": {last[:200]}" if last else ""
 
