@@ -41,7 +41,7 @@ mkdir -p "$ROOT"
 prepare() {
     local version=$1 dir=$ROOT/$1 log=$ROOT/$1.log started=$SECONDS
     local src=$dir/src deps=$dir/deps-$ENV_ID
-    say() { echo "vllm $version: $*"; }
+    say() { echo "vllm $version: [$((SECONDS - started)) s] $*"; }
     # One preparer per version at a time (parallel test runs share $ROOT); a second one waits, then finds it ready.
     exec 9>"$ROOT/$version.lock"
     flock -n 9 || { say "waiting for another preparer (holding $ROOT/$version.lock)"; flock 9; }

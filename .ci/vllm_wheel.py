@@ -1,16 +1,16 @@
 """Read a vLLM wheel (and pip's report) for the GPU-less test environment .ci/install_vllm.sh prepares (no network).
 
-  requirements WHEEL      the wheel's requirements minus what only the GPU build needs: torch and friends
-                          (the machine's CPU torch stands in), CUDA libraries, GPU kernel packages, and
-                          xgrammar (its Linux wheel drags in a 1 GB triton; the script installs it without
-                          dependencies). What is left is what vLLM's Python modules import at module level.
-  pin WHEEL NAME          the requirement the wheel declares for NAME, e.g. 'xgrammar==0.2.8'
-  extract WHEEL DEST      vLLM's Python sources and its .dist-info into DEST (no compiled extensions: they are
-                          built for a CUDA torch and cannot load on the CPU build; vLLM tolerates their absence)
-  missing REPORT          from ``pip install --dry-run --report REPORT``: the distributions this interpreter
-                          lacks, pinned ('name==version', one a line); what it has already is not listed
-  env-id                  a short key for this interpreter and every distribution it sees: the dependencies
-                          prepared for one environment are reused by an identical one (a fresh CI venv)
+requirements WHEEL      the wheel's requirements minus what only the GPU build needs: torch and friends
+                        (the test interpreter's own torch stands in), CUDA libraries, GPU kernels, and
+                        xgrammar (its Linux wheel drags in a 1 GB triton; the script installs it without
+                        dependencies). What is left is what vLLM's Python modules import at module level.
+pin WHEEL NAME          the requirement the wheel declares for NAME, e.g. 'xgrammar==0.2.8'
+extract WHEEL DEST      vLLM's Python sources and its .dist-info into DEST (no compiled extensions: they are
+                        built for one CUDA torch and cannot load here; vLLM tolerates their absence)
+missing REPORT          from ``pip install --dry-run --report REPORT``: the distributions this interpreter
+                        lacks, pinned ('name==version', one a line); what it has already is not listed
+env-id                  a short key for this interpreter and every distribution it sees: the dependencies
+                        prepared for one environment are reused by an identical one (a fresh CI venv)
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def test_without_torch_the_verdict_says_no_gdn_backend_can_run(tmp_path: Path) -
     src = Path(__file__).resolve().parents[3] / "src"
     site = tmp_path / "site"
     site.mkdir()
-    for name in ("psutil", "filelock", "elftools", "packaging", "rich", "markdown_it", "mdurl", "pygments"):
+    # jitguard's runtime dependencies and theirs, nothing else (filelock is not one: src never imports it).
+    for name in ("psutil", "elftools", "packaging", "rich", "markdown_it", "mdurl", "pygments"):
         module = __import__(name)
         origin = Path(module.__file__).parent  # type: ignore[arg-type]
         (site / origin.name).symlink_to(origin)

@@ -27,7 +27,9 @@ SCENARIO = Path(__file__).with_name("scenario.py")
 # One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
 VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
-PREPARE_TIMEOUT = 1200  # seconds for one release; the first preparation takes 1-2 minutes
+# Seconds for one release: the first preparation takes 1-1.5 minutes, up to 5 on a busy machine or a slow network.
+# The test whose setup prepares it gets this much more than pytest-timeout's 600 s (which counts fixture setup).
+PREPARE_TIMEOUT = 1200
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
@@ -101,13 +103,43 @@ def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
             lines.append(raw.rstrip())
             say(lines[-1])
         status = proc.wait()
+    except BaseException:  # Ctrl-C or pytest-timeout: no pip left running
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     finally:
         watchdog.cancel()
-    ready = [m for line in lines if (m := re.search(r": ready: PYTHONPATH=(\S+)$", line))]
+    ready = [m for line in lines if (m := re.search(r"\bready: PYTHONPATH=(\S+)$", line))]
     if status == 0 and ready:
         return VllmRelease(version, ready[-1].group(1))
-    why = "timed out" if status == -9 else f"exit {status}"
-    return f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}; pip's output: {ROOT}/{version}.log)"
+    if status == -signal.SIGKILL:
+        why = f"timed out after {PREPARE_TIMEOUT} s"
+    else:
+        why = f"exit {status}" if status else "exit 0 but no 'ready: PYTHONPATH=...' line"
+    log = ROOT / f"{version}.log"
+    return (
+        f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}){_last_error(log)}; full log: {log}"
+    )
+
+
+def _last_error(log: Path) -> str:
+    """': <pip's last 'ERROR:' line>' (or the log's last line), cut to fit in one line; '' without a log."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    last = (errors or lines or [""])[-1]
+    return f": {last[:200]}" if last else ""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Room for a first preparation in the setup of whichever test needs a release first."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if "release" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(PREPARE_TIMEOUT + 600))
 
 
 @pytest.fixture(scope="session")

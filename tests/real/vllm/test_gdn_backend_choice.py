@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# The H200 host's torch: the one fact a CPU-only test venv cannot make real (its torch is the CPU build).
+# The H200 host's torch: the one fact this GPU-less machine cannot make real (its torch may be the CPU build).
 CUDA_TORCH = "2.11.0+cu130"
 FALLBACK = "jitguard: vLLM chose FlashInfer GDN prefill"
 
