@@ -68,16 +68,16 @@ def extract(wheel: str, dest: str) -> int:
     return count
 
 
+COMMANDS = {"requirements": requirements, "flashinfer": flashinfer, "extract": extract}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "requirements":
-        print("\n".join(requirements(argv[1])))
-    elif len(argv) == 2 and argv[0] == "flashinfer":
-        print(flashinfer(argv[1]))
-    elif len(argv) == 3 and argv[0] == "extract":
-        print(f"extracted {extract(argv[1], argv[2])} files")
-    else:
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is None or len(argv) != (3 if command is extract else 2):
         print(__doc__, file=sys.stderr)
         return 2
+    out = command(*argv[1:])
+    print("\n".join(out) if isinstance(out, list) else f"extracted {out} files" if command is extract else out)
     return 0
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.errors import ConfigError
 from jitguard.integrations.sglang_choice import (
     BASE,
     FLASHINFER,
@@ -104,18 +105,21 @@ class LinearAttnGuard:
     """Applies the per-phase verdicts for one process: looks at FlashInfer at most once, warns at most once
     per phase, and after a fault of its own leaves every later choice to SGLang (logged once)."""
 
-    def __init__(self, facts: Facts | None = None) -> None:
-        self._facts = facts
+    def __init__(self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None):
+        self._lookup = lookup or functools.partial(look, facts)
         self._here: FlashInferHere | None = None
         self._announced: set[str] = set()
         self.looks = 0  # how often FlashInfer was looked at (once per process, at most)
         self.faulted = False
         self._lock = threading.RLock()
 
-    def reset(self, facts: Facts | None = None) -> None:
-        """Forget what was seen and said; look at ``facts`` (default: this process's) next time."""
+    def reset(
+        self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None
+    ) -> None:
+        """Forget what was seen and said; next time look at ``facts`` (default: this process's), or ask
+        ``lookup``."""
         with self._lock:
-            self._facts = facts
+            self._lookup = lookup or functools.partial(look, facts)
             self._here = None
             self._announced.clear()
             self.looks = 0
@@ -125,7 +129,7 @@ class LinearAttnGuard:
         with self._lock:
             if self._here is None:
                 self.looks += 1
-                self._here = look(self._facts)
+                self._here = self._lookup()
             return self._here
 
     def choose(self, chosen: Mapping[str, str], request: Mapping[str, object]) -> dict[str, str]:
@@ -284,8 +288,11 @@ def register(*, facts: Facts | None = None) -> bool:
     try:
         return _register(facts)
     except Exception as exc:
+        # A malformed JITGUARD_* setting says all there is to say in its message; anything else is a bug.
         log.error(
-            "jitguard: the SGLang plugin stays off in this process: %s", exc, exc_info=not _is_config(exc)
+            "jitguard: the SGLang plugin stays off in this process: %s",
+            exc,
+            exc_info=type(exc) is not ConfigError,
         )
         return False
 
@@ -313,7 +320,10 @@ def _register(facts: Facts | None) -> bool:
             if _keeps_request_itself():
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
-        _install_build_hook()
+        # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
+        import jitguard
+
+        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
     return layout is not None
 
 
@@ -327,30 +337,13 @@ def guard() -> LinearAttnGuard:
     return _guard
 
 
-def _install_build_hook() -> None:
-    try:
-        import jitguard
-
-        active = jitguard.install()
-    except Exception:
-        log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
-        return
-    log.debug("jitguard: FlashInfer JIT build hook %s", "active" if active else "not active")
-
-
-def _is_config(exc: BaseException) -> bool:
-    from jitguard.errors import UsageError
-
-    return isinstance(exc, UsageError)
-
-
 # ---- for `jitguard doctor --engine sglang` ------------------------------------------------------------------
-DEFAULTS = {
-    PROCESS_WIDE.name: {"prefill": "triton", "decode": "flashinfer on SM100 with --mamba-ssm-dtype bfloat16"},
+DEFAULTS = {  # when SGLang picks FlashInfer for a phase by itself
+    PROCESS_WIDE.name: {"prefill": "never", "decode": "on SM100 with --mamba-ssm-dtype bfloat16"},
     PER_RUNNER.name: {
-        "prefill": "flashinfer in SGLang's validated GDN domains (SM100 with CUDA 13; SM90 too from 0.5.19)",
-        "decode": "flashinfer on SM100 with --mamba-ssm-dtype bfloat16",
-        "verify": "follows decode when decode is flashinfer",
+        "prefill": "in its validated GDN domains (0.5.18: SM100 with CUDA 13; 0.5.19+: SM90 too)",
+        "decode": "on SM100 with --mamba-ssm-dtype bfloat16",
+        "verify": "when decode is FlashInfer (an unset verify follows decode)",
     },
 }
 

@@ -180,25 +180,20 @@ class SglangBackendUnavailable(BackendUnavailable):
 
     def __init__(self, verdict: PhaseVerdict) -> None:
         self.verdict = verdict
-        super().__init__(f"{OP} {verdict.phase}", FLASHINFER, verdict.findings, TRITON)
+        super().__init__(f"{OP} {verdict.phase}", FLASHINFER, verdict.findings)
 
     def _message(self) -> str:
         v = self.verdict
         named = v.named or flag(option(v.phase))
-        lines = [
-            f"jitguard: FlashInfer {OP} {v.phase} was requested ({named} {FLASHINFER}) but cannot work here, "
-            "so SGLang stops now, at start-up, instead of failing at the first request or after a JIT build "
-            "(up to an hour for the nvcc-built GDN prefill)."
-        ]
-        blocking = [f for f in self.findings if f.severity == "error"] or list(self.findings)
-        for f in blocking:
-            lines.append(f"  [{f.code}] {f.title}: {f.cause}")
-            for fix in f.fixes[:2]:
-                lines.append(f"    Fix: {fix.render()}")
         own = flag(option(v.phase))
-        lines.append(
-            f"  Or serve with {own} {TRITON}, or without {named}: jitguard then uses Triton here on its own "
-            "where FlashInfer cannot work."
+        return "\n".join(
+            [
+                f"jitguard: FlashInfer {OP} {v.phase} was requested ({named} {FLASHINFER}) but cannot work "
+                "here, so SGLang stops now, at start-up, instead of failing at the first request or after a JIT "
+                "build (up to an hour for the nvcc-built GDN prefill).",
+                *super()._message().splitlines()[1:],  # each blocking finding with its fixes
+                f"  Or serve with {own} {TRITON}, or without {named}: jitguard then uses Triton here on its own "
+                "where FlashInfer cannot work.",
+                "  Details: `jitguard doctor`. To run SGLang without jitguard: JITGUARD_DISABLE=1.",
+            ]
         )
-        lines.append("  Details: `jitguard doctor`. To run SGLang without jitguard: JITGUARD_DISABLE=1.")
-        return "\n".join(lines)

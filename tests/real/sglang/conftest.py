@@ -52,7 +52,9 @@ class SglangRelease:
         )
         output = proc.stdout + proc.stderr
         results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        assert proc.returncode == 0 and results, f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
+        assert proc.returncode == 0 and results, (
+            f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
+        )
         return json.loads(results[-1][len("RESULT ") :]), output
 
 
@@ -120,7 +122,9 @@ class Hosts:
             subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(target), str(source)], check=True)
         env["FLASHINFER_CUDA_ARCH_LIST"] = ARCH_LISTS[name]
         env["PATH"] = f"{directory / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-        env["LIBRARY_PATH"] = os.pathsep.join(p for p in (str(directory / "lib"), env.get("LIBRARY_PATH")) if p)
+        env["LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(directory / "lib"), env.get("LIBRARY_PATH")) if p
+        )
         return env
 
 

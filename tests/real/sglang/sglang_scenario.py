@@ -45,28 +45,11 @@ def torch_metadata(version: str) -> None:
 
 
 def qwen3_next(directory: Path) -> str:
-    """A small Qwen3-Next config.json (GDN heads of the real model: K = V = 128), written by transformers."""
-    from transformers import Qwen3NextConfig
+    """The small Qwen3-Next config the vLLM tests serve (GDN heads of the real model), written by transformers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
+    from scenario import qwen3_next_config  # tests/real/vllm/scenario.py
 
-    config = Qwen3NextConfig(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=512,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        vocab_size=1024,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=128,
-        shared_expert_intermediate_size=128,
-    )
-    config.architectures = ["Qwen3NextForCausalLM"]
-    config.save_pretrained(directory)
-    return str(directory)
+    return str(qwen3_next_config(directory))
 
 
 def server_args(model: str, options: dict[str, Any], gpu: str | None) -> Any:

@@ -16,7 +16,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-CUDA_TORCH = "2.11.0+cu130"  # the torch SGLang 0.5.15 pins, CUDA 13 build: the one fact a CPU venv cannot have
+CUDA_TORCH = (
+    "2.11.0+cu130"  # the torch SGLang 0.5.15 pins, CUDA 13 build: the one fact a CPU venv cannot have
+)
 FALLBACK = "jitguard: SGLang chose FlashInfer"
 PER_RUNNER = (0, 5, 18)
 
@@ -112,7 +114,9 @@ def test_nvcc_era_prefill_named_without_libcuda_stops_at_start_up(
         pytest.skip(f"SGLang {release.version} pins a CuTeDSL FlashInfer: its GDN prefill links nothing")
     result, output = hopper_no_libcuda
     assert result["status"]["blocking"] == ["link-missing-libcuda"]
-    for run, named in zip(result["runs"][2:], ("--linear-attn-prefill-backend", "--linear-attn-backend")):
+    for run, named in zip(
+        result["runs"][2:], ("--linear-attn-prefill-backend", "--linear-attn-backend"), strict=True
+    ):
         assert run["stock"]["prefill"] == "flashinfer"
         error = run["error"]
         assert error is not None and "BackendUnavailable" in error["bases"]
@@ -227,16 +231,16 @@ def test_prefill_named_on_a_gpu_less_machine_stops(no_gpu: Result) -> None:
     assert error is not None and {"gpu-none", "torch-no-cuda"} <= set(error["codes"])
 
 
-# ---- JITGUARD_DISABLE=1 ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def disabled(release: Any, hosts: Any) -> Result:
+# ---- turned off: JITGUARD_DISABLE=1, or jitguard left out of SGLang's allow-list ----------------------------
+@pytest.fixture(scope="module", params=[{"JITGUARD_DISABLE": "1"}, {"SGLANG_PLUGINS": "another-plugin"}])
+def turned_off(request: pytest.FixtureRequest, release: Any, hosts: Any) -> Result:
     runs = [blackwell_defaults(), {"options": {"linear_attn_prefill_backend": "flashinfer"}}]
     spec = {"runs": runs, "sglang_gpu": "sm100", "build_hook": True}
-    return release.run(spec, hosts.machine(JITGUARD_DISABLE="1"))
+    return release.run(spec, hosts.machine(**request.param))
 
 
-def test_disable_leaves_sglang_stock(disabled: Result) -> None:
-    result, output = disabled
+def test_turned_off_leaves_sglang_stock(turned_off: Result) -> None:
+    result, output = turned_off
     assert not result["registered"] and result["hooks"] == []
     assert not result["build_hook_active"]
     for run in result["runs"]:
