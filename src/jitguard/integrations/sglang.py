@@ -161,8 +161,8 @@ class LinearAttnGuard:
         if kept and "keep" not in self._announced:
             self._announced.add("keep")
             log.info(
-                "jitguard: FlashInfer linear attention %s passed pre-flight here; its nvcc JIT builds are "
-                "supervised and shared by the ranks.",
+                "jitguard: FlashInfer linear attention %s can work here (pre-flight and failure cache); "
+                "FlashInfer's nvcc JIT builds in this process are supervised and shared by the ranks.",
                 ", ".join(kept),
             )
 
@@ -260,7 +260,7 @@ def installed_layout() -> Layout | None:
     return next((layout for layout in LAYOUTS if callable(getattr(utils, layout.function, None))), None)
 
 
-def _keeps_request_itself() -> bool:
+def _overwrites_decode_option() -> bool:
     """Whether SGLang's ServerArgs overwrites the decode option in ``_handle_linear_attn_backend`` (<= 0.5.18)."""
     server_args = importlib.import_module(SERVER_ARGS)
     return callable(vars(getattr(server_args, "ServerArgs", object)).get("_handle_linear_attn_backend"))
@@ -317,7 +317,7 @@ def _register(facts: Facts | None) -> bool:
             from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
             HookRegistry.register(layout.target, _HOOKS[layout.name], HookType.AFTER)
-            if _keeps_request_itself():
+            if _overwrites_decode_option():
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
