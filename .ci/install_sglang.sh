@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Prepare the REAL SGLang code of released versions for tests/real/sglang on a GPU-less machine that reaches PyPI.
+#
+# For each version: the wheel from PyPI (downloaded, read, deleted: 13 MB for 0.5.15, 39 MB for 0.5.23), its
+# sources and .dist-info extracted to $ROOT/<version>/src (48-110 MB; the compiled extensions are left out),
+# and a venv at $ROOT/<version>/venv that sees this Python's packages (the CPU torch, jitguard) and holds only
+# what SGLang's plugin loader, server arguments and linear-attention modules import (.ci/sglang_wheel.py: ~230
+# MB installed, ~75 MB downloaded) plus triton (imported by every SGLang module: 188 MB download, 640 MB
+# installed) and the flashinfer-python the wheel pins, without its dependencies (14 MB for 0.6.12, 65 MB for
+# 0.7.2: jitguard's facts read its version). torchvision cannot load next to a CPU torch: a stand-in is put on
+# the venv's start-up path (.ci/torchvision_standin.py says why and what it does).
+# Idempotent and cache-friendly: a version whose 'ready' stamp matches these scripts is skipped.
+#
+#   JITGUARD_SGLANG_VERSIONS   space-separated versions (default: one per layout, see docs/sglang.md)
+#   JITGUARD_SGLANG_ROOT       where to put them (default /tmp/jitguard-ci/sglang; never inside the repo)
+#   PYTHON                     the Python whose packages the venvs see (default python3; a venv's is fine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.23"}
+ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-/tmp/jitguard-ci/sglang}")
+TRITON=triton==3.6.0  # what torch 2.11 (SGLang 0.5.15's) brings; only imported here, never run
+PY=${PYTHON:-python3}
+STAMP=$(cat .ci/install_sglang.sh .ci/sglang_wheel.py .ci/vllm_wheel.py .ci/torchvision_standin.py | sha256sum | cut -c1-16)
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); m.version("jitguard"); import packaging' 2>/dev/null; then
+    echo "install_sglang.sh: install torch (the CPU build) and jitguard first: the SGLang test environments use them" >&2
+    exit 2
+fi
+
+mkdir -p "$ROOT"
+exec 9>"$ROOT/.lock"
+flock 9
+
+# triton for all versions, in one place (a CPU torch does not bring it; every SGLang module imports it).
+shared="$ROOT/shared/${TRITON//==/-}"
+if [[ ! -f "$shared/ready" ]]; then
+    rm -rf "$shared"
+    "$PY" -m pip install -q --no-deps --target "$shared" "$TRITON"
+    touch "$shared/ready"
+fi
+
+for version in $VERSIONS; do
+    dir="$ROOT/$version"
+    if [[ -f "$dir/ready" && "$(cat "$dir/ready")" == "$STAMP" ]]; then
+        echo "sglang $version: ready at $dir (cached)"
+        continue
+    fi
+    started=$SECONDS
+    rm -rf "$dir"
+    mkdir -p "$dir/wheel"
+    "$PY" -m pip download -q --no-deps "sglang==$version" -d "$dir/wheel"
+    wheel=$(ls "$dir"/wheel/sglang-*.whl)
+    (cd .ci && "$PY" sglang_wheel.py requirements "$wheel") > "$dir/requirements.txt"
+    flashinfer=$(cd .ci && "$PY" sglang_wheel.py flashinfer "$wheel")
+    (cd .ci && "$PY" sglang_wheel.py extract "$wheel" "$dir/src") >/dev/null
+    rm -rf "$dir/wheel"
+
+    "$PY" -m venv --system-site-packages "$dir/venv"
+    site=$("$dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    # --system-site-packages sees the base interpreter's packages; when $PY is itself a venv, its packages
+    # (torch, jitguard and its entry points) are made visible the same way, after the venv's own.
+    "$PY" - "$site/_jitguard_parent.pth" <<'EOF'
+import site, sys, sysconfig
+paths = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+if sys.prefix != sys.base_prefix:
+    with open(sys.argv[1], "w") as f:
+        f.write("".join(f"import site; site.addsitedir({p!r})\n" for p in sorted(paths)))
+EOF
+    echo "$shared" > "$site/_jitguard_triton.pth"
+    cp .ci/torchvision_standin.py "$site/"
+    echo "import torchvision_standin" > "$site/torchvision_standin.pth"
+    # The machine's torch stands in; a dependency that wants another torch must fail here, not fetch one.
+    "$PY" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$dir/constraints.txt"
+    "$dir/venv/bin/python" -m pip install -q -r "$dir/requirements.txt" -c "$dir/constraints.txt"
+    "$dir/venv/bin/python" -m pip install -q --no-deps "$flashinfer"
+
+    # The proof that this worked: SGLang's plugin loader and its linear-attention choice import.
+    PYTHONPATH="$dir/src" "$dir/venv/bin/python" - <<'EOF'
+import importlib
+importlib.import_module("sglang.srt.plugins")
+utils = importlib.import_module("sglang.srt.layers.attention.linear.utils")
+for name in ("resolve_linear_attn_backends", "initialize_linear_attn_config"):
+    if hasattr(utils, name):
+        print(f"  imports sglang.srt.plugins and {utils.__name__}.{name}")
+        break
+else:
+    raise SystemExit("no linear-attention backend choice found in this SGLang version")
+EOF
+    echo "$STAMP" > "$dir/ready"
+    echo "sglang $version: ready at $dir ($((SECONDS - started)) s, $(du -sh "$dir" | cut -f1))"
+done

@@ -1,0 +1,391 @@
+"""SGLang plugin: guard SGLang's linear-attention kernel choice (GDN: Qwen3-Next, Qwen3.5) and every FlashInfer JIT
+build in SGLang's processes.
+
+SGLang (0.5.11+) loads the ``sglang.srt.plugins`` entry point ``jitguard = "jitguard.integrations.sglang:register"``
+with ``load_plugins()`` at the start of every process that builds or configures an engine (the ``sglang serve``
+and ``launch_server`` entry points, ``Engine``, each scheduler; from 0.5.2x also the data-parallel controller and
+the detokenizer), then applies the hooks plugins registered in its ``HookRegistry``. ``register()`` is cheap: it
+does nothing at all when SGLang is not installed or ``JITGUARD_DISABLE=1``; otherwise it registers its hooks
+(SGLang has already imported what they name by then) and turns on ``jitguard.install()``.
+
+The hooks, one family of SGLang releases each, found by name (``LAYOUTS``):
+
+- 0.5.18+: ``sglang.srt.layers.attention.linear.utils.resolve_linear_attn_backends(prefill_default)``, which
+  returns each model runner's ``LinearAttnBackends(decode, prefill, verify)``: an AFTER hook returns a corrected
+  copy;
+- 0.5.11-0.5.17: ``initialize_linear_attn_config(server_args)`` in the same module, which sets the process-wide
+  ``LINEAR_ATTN_DECODE_BACKEND`` / ``LINEAR_ATTN_PREFILL_BACKEND`` that the GDN backend reads: an AFTER hook
+  corrects them.
+
+For each phase SGLang set to FlashInfer, jitguard's verdict (``sglang_choice``: the same facts and failure cache
+as the vLLM plugin, taken once per process) decides: usable -> SGLang's choice stands; not usable and not asked
+for by name -> Triton, with one warning per process (code, cause, fix); not usable and asked for by name
+(``--linear-attn-backend flashinfer`` or the phase's own flag) -> ``SglangBackendUnavailable`` at start-up,
+before any kernel is built. "By name" is read from the options as given: ``ServerArgs._raw_input`` (0.5.19+);
+up to 0.5.18, where SGLang overwrites an unset decode option with its own default, a BEFORE hook on
+``ServerArgs._handle_linear_attn_backend`` keeps the value as given. Any fault of jitguard's own leaves SGLang's
+choice in place, logged once with its code and fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jitguard.errors import ConfigError
+from jitguard.integrations.sglang_choice import (
+    BASE,
+    FLASHINFER,
+    OPTIONS,
+    PHASES,
+    STASH,
+    FlashInferHere,
+    PhaseVerdict,
+    SglangBackendUnavailable,
+    decide,
+    fallback_message,
+    flag,
+    flashinfer_here,
+    named_by,
+    option,
+    phase_status,
+    request_of,
+)
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+
+log = logging.getLogger("jitguard.sglang")
+
+UTILS = "sglang.srt.layers.attention.linear.utils"
+SERVER_ARGS = "sglang.srt.server_args"
+RUNTIME_CONTEXT = "sglang.srt.runtime_context"
+# The process-wide globals of 0.5.11-0.5.17, per phase.
+GLOBALS = {"prefill": "LINEAR_ATTN_PREFILL_BACKEND", "decode": "LINEAR_ATTN_DECODE_BACKEND"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one family of SGLang releases decides its linear-attention kernels."""
+
+    name: str
+    function: str  # in UTILS
+    phases: tuple[str, ...]
+    releases: str
+
+    @property
+    def target(self) -> str:
+        return f"{UTILS}.{self.function}"
+
+
+PER_RUNNER = Layout("per-runner", "resolve_linear_attn_backends", PHASES, "0.5.18+")
+PROCESS_WIDE = Layout("process-wide", "initialize_linear_attn_config", ("prefill", "decode"), "0.5.11-0.5.17")
+LAYOUTS = (PER_RUNNER, PROCESS_WIDE)
+REQUEST_HOOK = f"{SERVER_ARGS}.ServerArgs._handle_linear_attn_backend"  # <= 0.5.18
+
+
+# ---- per-process state: one look at FlashInfer, one warning, one fault line -----------------------------
+def look(facts: Facts | None = None) -> FlashInferHere:
+    """FlashInfer's GDN status from ``facts`` (default: this process's, collected once) and the failure cache,
+    the GDN resolver's answer, with which prefill kernel FlashInfer runs here."""
+    from jitguard.gdn.resolve import backend_status, dispatcher
+
+    status = backend_status(FLASHINFER, facts=facts)
+    return flashinfer_here(facts or dispatcher().environment.facts(), status)
+
+
+class LinearAttnGuard:
+    """Applies the per-phase verdicts for one process: looks at FlashInfer at most once, warns at most once
+    per phase, and after a fault of its own leaves every later choice to SGLang (logged once)."""
+
+    def __init__(self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None):
+        self._lookup = lookup or functools.partial(look, facts)
+        self._here: FlashInferHere | None = None
+        self._announced: set[str] = set()
+        self.looks = 0  # how often FlashInfer was looked at (once per process, at most)
+        self.faulted = False
+        self._lock = threading.RLock()
+
+    def reset(
+        self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None
+    ) -> None:
+        """Forget what was seen and said; next time look at ``facts`` (default: this process's), or ask
+        ``lookup``."""
+        with self._lock:
+            self._lookup = lookup or functools.partial(look, facts)
+            self._here = None
+            self._announced.clear()
+            self.looks = 0
+            self.faulted = False
+
+    def here(self) -> FlashInferHere:
+        with self._lock:
+            if self._here is None:
+                self.looks += 1
+                self._here = self._lookup()
+            return self._here
+
+    def choose(self, chosen: Mapping[str, str], request: Mapping[str, object]) -> dict[str, str]:
+        """phase -> the backend SGLang should use. Raises SglangBackendUnavailable for a FlashInfer asked for
+        by name that cannot work; the caller turns any other exception into ``fault``."""
+        with self._lock:
+            if self.faulted:
+                return dict(chosen)
+            verdicts = [decide(p, c, named_by(p, request), self.here) for p, c in chosen.items()]
+            self._announce(verdicts)
+            for v in verdicts:
+                if v.action == "refuse":
+                    raise SglangBackendUnavailable(v)
+            return {v.phase: v.backend for v in verdicts}
+
+    def fault(self, exc: BaseException) -> None:
+        """A fault in jitguard's own code at SGLang's boundary: SGLang's choices stand from now on."""
+        with self._lock:
+            first, self.faulted = not self.faulted, True
+        if first:
+            log.warning("%s", fault_message(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+
+    def _announce(self, verdicts: list[PhaseVerdict]) -> None:
+        moved = [v for v in verdicts if v.action == "fallback" and v.phase not in self._announced]
+        if moved:
+            self._announced.update(v.phase for v in moved)
+            log.warning("%s", fallback_message(moved))
+        kept = [v.phase for v in verdicts if v.action == "keep" and v.chosen == FLASHINFER]
+        if kept and "keep" not in self._announced:
+            self._announced.add("keep")
+            log.info(
+                "jitguard: FlashInfer linear attention %s can work here (pre-flight and failure cache); "
+                "FlashInfer's nvcc JIT builds in this process are supervised and shared by the ranks.",
+                ", ".join(kept),
+            )
+
+
+def fault_message(exc: BaseException) -> str:
+    """The one line for a fault of jitguard's own: the code, what it means for SGLang, the fix."""
+    error = f"{type(exc).__name__}: {exc}"
+    try:
+        from jitguard.findings.catalog import make
+
+        f = make(
+            "gdn-preflight-crashed", backend=FLASHINFER, title="FlashInfer linear attention", error=error
+        )
+        head, fix = f"[{f.code}] {f.title} ({error})", f" Fix: {f.fixes[0].render()}" if f.fixes else ""
+    except Exception:
+        head, fix = f"jitguard's checks crashed ({error})", " Fix: report it with `jitguard doctor --json`."
+    return (
+        f"jitguard: {head}; SGLang's linear-attention choices stand in this process, unchecked.{fix} "
+        "To turn jitguard off: JITGUARD_DISABLE=1."
+    )
+
+
+_guard = LinearAttnGuard()
+
+
+def _fail_safe(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook body that never raises into SGLang, except for the refusal it means to raise. ``None`` is what
+    SGLang's HookRegistry reads as "unchanged" (AFTER: SGLang's result; BEFORE: SGLang's arguments)."""
+
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _guard.faulted:
+            return None
+        try:
+            return hook(*args, **kwargs)
+        except SglangBackendUnavailable:
+            raise
+        except Exception as exc:
+            _guard.fault(exc)
+            return None
+
+    return run
+
+
+def _published_server_args() -> object:
+    """The ServerArgs SGLang published for this process (0.5.18+), or None."""
+    try:
+        return importlib.import_module(RUNTIME_CONTEXT).get_context().server_args
+    except Exception:
+        return None
+
+
+# ---- the hooks (registered with SGLang's HookRegistry) ----------------------------------------------------
+@_fail_safe
+def keep_request(server_args: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE ``ServerArgs._handle_linear_attn_backend`` (<= 0.5.18): keep the options as given."""
+    setattr(server_args, STASH, {name: getattr(server_args, name, None) for name in OPTIONS})
+
+
+@_fail_safe
+def check_runner_backends(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER ``resolve_linear_attn_backends`` (0.5.18+): a corrected ``LinearAttnBackends``, or None."""
+    chosen = {p: str(getattr(result, p).value) for p in PER_RUNNER.phases}
+    backends = _guard.choose(chosen, request_of(_published_server_args()))
+    changes = {p: type(getattr(result, p))(b) for p, b in backends.items() if b != chosen[p]}
+    if not changes:
+        return None
+    import msgspec  # SGLang's LinearAttnBackends is a frozen msgspec Struct
+
+    return msgspec.structs.replace(result, **changes)
+
+
+@_fail_safe
+def check_process_backends(result: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``initialize_linear_attn_config(server_args)`` (0.5.11-0.5.17): correct the process-wide globals."""
+    server_args = args[0] if args else kwargs.get("server_args")
+    utils = importlib.import_module(UTILS)
+    current = {p: getattr(utils, name) for p, name in GLOBALS.items()}
+    chosen = {p: str(v.value) for p, v in current.items()}
+    for p, b in _guard.choose(chosen, request_of(server_args)).items():
+        if b != chosen[p]:
+            setattr(utils, GLOBALS[p], type(current[p])(b))
+
+
+_HOOKS: dict[str, Callable[..., Any]] = {
+    PER_RUNNER.name: check_runner_backends,
+    PROCESS_WIDE.name: check_process_backends,
+}
+
+
+def installed_layout() -> Layout | None:
+    """The layout of the SGLang in this process (imports SGLang's small linear-attention module, which SGLang
+    has imported itself by the time it loads plugins), or None when it has neither function."""
+    utils = importlib.import_module(UTILS)
+    return next((layout for layout in LAYOUTS if callable(getattr(utils, layout.function, None))), None)
+
+
+def _overwrites_decode_option() -> bool:
+    """Whether SGLang's ServerArgs overwrites the decode option in ``_handle_linear_attn_backend`` (<= 0.5.18)."""
+    server_args = importlib.import_module(SERVER_ARGS)
+    return callable(vars(getattr(server_args, "ServerArgs", object)).get("_handle_linear_attn_backend"))
+
+
+# ---- the entry point --------------------------------------------------------------------------------------
+_lock = threading.RLock()
+_layout: Layout | None = None
+
+
+def sglang_installed() -> bool:
+    """Whether ``sglang`` can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec("sglang") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def register(*, facts: Facts | None = None) -> bool:
+    """The ``sglang.srt.plugins`` entry point (idempotent). Returns whether jitguard now guards SGLang.
+
+    ``facts`` replaces this process's facts for the verdicts (tests; a host described from elsewhere). Never
+    raises: SGLang logs a plugin's exception and goes on, and so does this.
+    """
+    try:
+        return _register(facts)
+    except Exception as exc:
+        # A malformed JITGUARD_* setting says all there is to say in its message; anything else is a bug.
+        log.error(
+            "jitguard: the SGLang plugin stays off in this process: %s",
+            exc,
+            exc_info=type(exc) is not ConfigError,
+        )
+        return False
+
+
+def _register(facts: Facts | None) -> bool:
+    global _layout
+    if not sglang_installed():
+        return False
+    from jitguard.config import Settings
+
+    if Settings.from_env().disabled:
+        return False
+    with _lock:
+        if facts is not None:
+            _guard.reset(facts)
+        if _layout is not None:
+            return True
+        layout = installed_layout()
+        if layout is None:
+            log.debug("jitguard: %s has no linear-attention choice jitguard knows; not guarded", UTILS)
+        else:
+            from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+            HookRegistry.register(layout.target, _HOOKS[layout.name], HookType.AFTER)
+            if _overwrites_decode_option():
+                HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
+            _layout = layout
+        # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
+        import jitguard
+
+        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
+    return layout is not None
+
+
+def is_registered() -> bool:
+    """Whether ``register()`` put jitguard's hooks in SGLang's HookRegistry in this process."""
+    return _layout is not None
+
+
+def guard() -> LinearAttnGuard:
+    """This process's guard (what the hooks consult)."""
+    return _guard
+
+
+# ---- for `jitguard doctor --engine sglang` ------------------------------------------------------------------
+DEFAULTS = {  # when SGLang picks FlashInfer for a phase by itself
+    PROCESS_WIDE.name: {"prefill": "never", "decode": "on SM100 with --mamba-ssm-dtype bfloat16"},
+    PER_RUNNER.name: {
+        "prefill": "in its validated GDN domains (0.5.18: SM100 with CUDA 13; 0.5.19+: SM90 too)",
+        "decode": "on SM100 with --mamba-ssm-dtype bfloat16",
+        "verify": "when decode is FlashInfer (an unset verify follows decode)",
+    },
+}
+
+
+def describe_choices(*, facts: Facts | None = None) -> list[dict[str, Any]]:
+    """SGLang's linear-attention choices here, one row per phase: the option, when SGLang picks FlashInfer on
+    its own (else Triton), jitguard's verdict for FlashInfer in that phase and what the plugin then does.
+    Reads SGLang's version and layout from its installed files without importing it."""
+    version, layout = _installed_files()
+    here = look(facts)
+    rows = []
+    for phase in (layout or PER_RUNNER).phases:
+        st = phase_status(phase, here)
+        blocking = [f for f in st.findings if f.severity == "error"]
+        rows.append(
+            {
+                "engine": "sglang",
+                "sglang": version,
+                "layout": layout.name if layout else None,
+                "phase": phase,
+                "option": flag(option(phase)),
+                "also": flag(BASE),
+                "sglang_picks_flashinfer": DEFAULTS[(layout or PER_RUNNER).name].get(phase),
+                "flashinfer_usable": st.usable,
+                "findings": [f.code for f in st.findings],
+                "blocking": [f.code for f in blocking],
+                "primary": blocking[0].to_json() if blocking else None,
+                "when_sglang_picks_flashinfer": "flashinfer" if st.usable else "triton (one warning)",
+                "when_named": "flashinfer" if st.usable else "stop at start-up",
+            }
+        )
+    return rows
+
+
+def _installed_files() -> tuple[str | None, Layout | None]:
+    """SGLang's version and layout, read from its distribution's files (no import), or (None, None)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("sglang")
+        source = Path(str(dist.locate_file(UTILS.replace(".", "/") + ".py"))).read_text(encoding="utf-8")
+    except (metadata.PackageNotFoundError, OSError):
+        return None, None
+    found = next((layout for layout in LAYOUTS if f"def {layout.function}(" in source), None)
+    return dist.version, found
