@@ -1,13 +1,13 @@
 """Read an SGLang wheel for the GPU-less test environment that .ci/install_sglang.sh prepares (no network here).
 
-  requirements WHEEL      the packages SGLang's plugin loader, its server arguments and its linear-attention
-                          modules import at module level (not the whole dependency list: that is ~2 GB of
-                          serving, multimodal and GPU kernel packages none of these modules import), each
-                          with the version the wheel pins, plus the FlashInfer the wheel pins (installed
-                          without its dependencies: jitguard's facts read its version; nothing imports it)
-  extract WHEEL DEST      SGLang's sources and its .dist-info into DEST: everything but the compiled
-                          extensions (built for a CUDA torch; the modules tested do not load them). Data
-                          files come along: ``sglang.jit_kernel`` looks for its ``include``/``csrc`` at import.
+requirements WHEEL      the packages SGLang's plugin loader, its server arguments and its linear-attention
+                        modules import at module level (not the whole dependency list: that is ~2 GB of
+                        serving, multimodal and GPU kernel packages none of these modules import), each
+                        with the version the wheel pins, plus the FlashInfer the wheel pins (installed
+                        without its dependencies: jitguard's facts read its version; nothing imports it)
+extract WHEEL DEST      SGLang's sources and its .dist-info into DEST: everything but the compiled
+                        extensions (built for a CUDA torch; the modules tested do not load them). Data
+                        files come along: ``sglang.jit_kernel`` looks for its ``include``/``csrc`` at import.
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out = command(*argv[1:])
-    print("\n".join(out) if isinstance(out, list) else f"extracted {out} files" if command is extract else out)
+    print(
+        "\n".join(out) if isinstance(out, list) else f"extracted {out} files" if command is extract else out
+    )
     return 0
 
 

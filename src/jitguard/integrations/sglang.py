@@ -95,7 +95,7 @@ REQUEST_HOOK = f"{SERVER_ARGS}.ServerArgs._handle_linear_attn_backend"  # <= 0.5
 def look(facts: Facts | None = None) -> FlashInferHere:
     """FlashInfer's GDN status from ``facts`` (default: this process's, collected once) and the failure cache,
     the GDN resolver's answer, with which prefill kernel FlashInfer runs here."""
-    from jitguard.gdn.resolve import backend_status, dispatcher
+    from jitguard.gdn.dispatch import backend_status, dispatcher
 
     status = backend_status(FLASHINFER, facts=facts)
     return flashinfer_here(facts or dispatcher().environment.facts(), status)
@@ -168,21 +168,21 @@ class LinearAttnGuard:
 
 
 def fault_message(exc: BaseException) -> str:
-    """The one line for a fault of jitguard's own: the code, what it means for SGLang, the fix."""
-    error = f"{type(exc).__name__}: {exc}"
+    """The one line for a fault of jitguard's own (docs/failsafe.md): the code, what it means for SGLang, the
+    fix."""
     try:
-        from jitguard.findings.catalog import make
+        from jitguard.findings.checks_jitguard import fault
 
-        f = make(
-            "gdn-preflight-crashed", backend=FLASHINFER, title="FlashInfer linear attention", error=error
+        f = fault(
+            "the SGLang plugin", "SGLang's linear-attention choices stand in this process, unchecked", exc
         )
-        head, fix = f"[{f.code}] {f.title} ({error})", f" Fix: {f.fixes[0].render()}" if f.fixes else ""
-    except Exception:
-        head, fix = f"jitguard's checks crashed ({error})", " Fix: report it with `jitguard doctor --json`."
-    return (
-        f"jitguard: {head}; SGLang's linear-attention choices stand in this process, unchecked.{fix} "
-        "To turn jitguard off: JITGUARD_DISABLE=1."
-    )
+        return f"jitguard: [{f.code}] {f.title}. {f.cause}{f.fix_suffix()}"
+    except Exception:  # even the message failed: still one line, still SGLang's choice
+        return (
+            f"jitguard: [jitguard-fault] jitguard failed inside the SGLang plugin ({type(exc).__name__}: {exc}); "
+            "SGLang's linear-attention choices stand in this process, unchecked. To turn jitguard off: "
+            "JITGUARD_DISABLE=1."
+        )
 
 
 _guard = LinearAttnGuard()

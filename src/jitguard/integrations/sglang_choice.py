@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Literal
 from jitguard.errors import BackendUnavailable
 
 if TYPE_CHECKING:
+    from jitguard.decision.gdn import BackendStatus
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
-    from jitguard.gdn.resolve import BackendStatus
 
 FLASHINFER = "flashinfer"
 TRITON = "triton"
@@ -125,7 +125,7 @@ def phase_status(phase: str, here: FlashInferHere) -> BackendStatus:
     status = here.status
     if phase == "prefill" and not here.prefill_in_process:
         return status
-    from jitguard.gdn.resolve import BackendStatus
+    from jitguard.decision.gdn import BackendStatus
 
     codes = KERNEL_WIDE | ({"gdn-cached-failure"} if phase == "prefill" else set())
     kept = tuple(f for f in status.findings if f.code in codes)

@@ -137,7 +137,7 @@ def jitguard_hooks() -> list[dict[str, Any]]:
 def record_failure(code: str) -> None:
     """What a failed FlashInfer GDN build leaves behind: an entry in jitguard's real failure cache."""
     from jitguard.findings.catalog import make
-    from jitguard.gdn.resolve import dispatcher
+    from jitguard.gdn.dispatch import dispatcher
 
     d = dispatcher()
     finding = make(code, backend="flashinfer", evidence=["recorded by tests/real/sglang/sglang_scenario.py"])

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from jitguard.decision.gdn import BackendStatus
 from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
-from jitguard.gdn.resolve import BackendStatus
 from jitguard.integrations.sglang_choice import (
     STASH,
     UNKNOWN,

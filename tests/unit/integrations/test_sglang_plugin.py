@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
+from jitguard.decision.gdn import BackendStatus
 from jitguard.findings.catalog import make
-from jitguard.gdn.resolve import BackendStatus
 from jitguard.integrations import sglang as plugin
 from jitguard.integrations.sglang_choice import FlashInferHere, SglangBackendUnavailable
 
@@ -58,7 +58,7 @@ def test_a_fault_in_jitguard_leaves_sglangs_choice_and_is_logged_once(
             assert hook({"prefill": "flashinfer"}) is None  # None: SGLang keeps its own result
             assert hook({"prefill": "flashinfer"}) is None
         [line] = [r.getMessage() for r in caplog.records]
-        assert "[gdn-preflight-crashed]" in line and "RuntimeError: probe exploded" in line
+        assert "[jitguard-fault]" in line and "RuntimeError: probe exploded" in line
         assert "Fix:" in line and "JITGUARD_DISABLE=1" in line
     finally:
         plugin.guard().reset()
