@@ -176,7 +176,7 @@ def fault_message(exc: BaseException) -> str:
         f = fault(
             "the SGLang plugin", "SGLang's linear-attention choices stand in this process, unchecked", exc
         )
-        return f"jitguard: [{f.code}] {f.title}. {f.cause}{f.fix_suffix()}"
+        return f"jitguard: [{f.code}] {f.title}. {f.cause}{f.fix_suffix()} To turn jitguard off: JITGUARD_DISABLE=1."
     except Exception:  # even the message failed: still one line, still SGLang's choice
         return (
             f"jitguard: [jitguard-fault] jitguard failed inside the SGLang plugin ({type(exc).__name__}: {exc}); "
