@@ -66,12 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except ImportError as exc:
         # One of jitguard's own dependencies is missing or broken: say which and how to fix it, no traceback.
+        from jitguard.facts.installation import package_for_module
         from jitguard.findings.checks_jitguard import repair
 
         fix = repair(f"{type(exc).__name__}: {exc}")
+        ours = package_for_module(exc.name or "") is not None
+        head = "[jitguard-dependency-missing] " if ours else "this command needs a package that is missing: "
         sys.stderr.write(
-            f"jitguard: [jitguard-dependency-missing] {type(exc).__name__}: {exc}\n"
-            f"  Fix: {fix['repair']} `{fix['repair_command']}`\n"
+            f"jitguard: {head}{type(exc).__name__}: {exc}\n  Fix: {fix['repair']} `{fix['repair_command']}`\n"
         )
         return EXIT_FAILURE
 

@@ -9,7 +9,6 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from jitguard.redaction import RedactingWriter
 
@@ -68,12 +67,10 @@ def render_doctor(
         out.print("[bold]jitguard itself[/]  [bold red]needs repair[/]")
         render_findings(out, list(own))
         out.print()
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in machine_rows(facts):
-        table.add_row(key, escape(value))
-    out.print(table)
+    rows = machine_rows(facts)
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:  # plain lines: a table would pad every line to the console's width when piped
+        out.print(f"[bold]{key:<{width}}[/]  {escape(value)}")
     for backend, findings in results.items():
         out.print()
         verdict = "[bold red]blocked[/]" if any(f.blocking for f in findings) else "[bold green]usable[/]"
@@ -92,7 +89,11 @@ def render_doctor(
             warn = [f.code for f in findings if f.severity == "warning"]
             extra = f" (warnings: {', '.join(warn)})" if warn else ""
             out.print(f"  {backend:<11}[green]usable[/]{extra}")
-    if decision:
+    if decision and decision.get("backend") == "none":
+        out.print(
+            "  GDN prefill with backend='auto': [red]no backend can run here[/] (each one is blocked, above)"
+        )
+    elif decision:
         chosen = str(decision.get("backend"))
         # The op never probes the torch backend (its inputs are torch tensors), but doctor has: say it plainly.
         blocked = [f.code for f in results.get(chosen, []) if f.blocking]
@@ -107,7 +108,11 @@ def render_doctor(
             out.print(
                 f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
             )
-    todo = _next_steps({"jitguard": list(own), **results})
+    order = {"jitguard": list(own), **results}
+    if decision and decision.get("backend") == "none" and "torch" in results:
+        # Nothing can run: the step that unblocks the last resort (torch runs anywhere) comes first.
+        order = {"jitguard": list(own), "torch": results["torch"], **results}
+    todo = _next_steps(order)
     if todo:
         out.print()
         out.print("[bold]What to do[/]")

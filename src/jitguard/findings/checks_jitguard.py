@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from jitguard.facts.installation import InstallationFacts
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+# Packages some commands need that are the engine's, not jitguard's own dependencies.
+OPTIONAL_PACKAGES = {
+    "torch": "torch",
+    "flashinfer": "flashinfer-python",
+    "fla": "fla-core",
+    "triton": "triton",
+}
 
 
 def repair(error: str) -> dict[str, Any]:
@@ -29,6 +36,9 @@ def repair(error: str) -> dict[str, Any]:
             "repair": f"Install jitguard's missing dependency {requirement.split('>')[0]}:",
             "repair_command": f"pip install '{requirement}'",
         }
+    if found and found.group(1).split(".")[0] in OPTIONAL_PACKAGES:
+        package = OPTIONAL_PACKAGES[found.group(1).split(".")[0]]
+        return {"repair": f"This needs {package}; install it:", "repair_command": f"pip install {package}"}
     return {"repair": "Check jitguard's own installation:", "repair_command": "jitguard doctor"}
 
 

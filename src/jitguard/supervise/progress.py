@@ -8,6 +8,7 @@ sees how far the build is and how much memory it takes, instead of silence.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import time
@@ -124,7 +125,8 @@ class BarReporter:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._console = Console(file=stream)
+        no_color = bool(os.environ.get("NO_COLOR"))  # no escape sequences for colour or bold at all
+        self._console = Console(file=stream, no_color=no_color, color_system=None if no_color else "auto")
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),

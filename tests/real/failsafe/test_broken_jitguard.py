@@ -92,3 +92,15 @@ def test_a_probe_that_raises_is_one_unavailable_fact_never_a_crash_or_a_pass(
     done = run(tmp_path, ["-m", "jitguard", "doctor", "--json"], inject_probe=(probe, "raise"))
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert probe in json.loads(done.stdout)["unavailable_facts"]
+
+
+def test_a_command_that_needs_torch_names_it_without_a_traceback(tmp_path: Path) -> None:
+    done = run(tmp_path, ["-m", "jitguard", "gdn", "run", "--repeat", "0"], block_modules=["torch"])
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "No module named 'torch'" in done.stderr and "`pip install torch`" in done.stderr
+    assert "jitguard-dependency-missing" not in done.stderr  # torch is the engine's, not jitguard's
+
+
+def test_piped_doctor_output_has_no_padding(tmp_path: Path) -> None:
+    done = run(tmp_path, ["-m", "jitguard", "doctor"])
+    assert done.stdout and not [line for line in done.stdout.splitlines() if line != line.rstrip()]

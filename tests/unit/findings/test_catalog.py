@@ -41,3 +41,13 @@ def test_make_fills_parameters_and_keeps_evidence() -> None:
     f = make("build-failed", backend="flashinfer", evidence=["line one"], log_path="/tmp/x.log", returncode=2)
     assert f.code == "build-failed" and f.backend == "flashinfer" and f.evidence == ("line one",)
     assert "/tmp/x.log" in " ".join([f.cause, *(x.render() for x in f.fixes)])
+
+
+def test_no_template_text_reaches_a_user_whatever_facts_are_missing() -> None:
+    """Every catalog entry rendered with no parameters at all: no ``{name}`` survives anywhere."""
+    from jitguard.findings.catalog import CATALOG, make
+
+    for code in CATALOG:
+        finding = make(code)
+        texts = [finding.title, finding.cause, *(f.render() for f in finding.fixes)]
+        assert not [t for t in texts if "{" in t or "}" in t], (code, texts)

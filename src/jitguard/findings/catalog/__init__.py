@@ -31,8 +31,9 @@ CATALOG: dict[str, CatalogEntry] = _join(
 
 
 class _Lenient(dict[str, Any]):
-    """Leaves an unknown ``{field}`` visible instead of raising, and remembers it: a missing parameter never
-    hides a finding, and a fix that would show a hole is left out (see ``make``)."""
+    """Fills an unknown ``{field}`` with "(unknown)" instead of raising, and remembers it: a missing parameter
+    never hides a finding, no template text reaches a user, and a fix that would show a hole is left out (see
+    ``make``)."""
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         super().__init__(params)
@@ -40,7 +41,7 @@ class _Lenient(dict[str, Any]):
 
     def __missing__(self, key: str) -> str:
         self.missing.add(key)
-        return "{" + key + "}"
+        return "(unknown)"
 
 
 def _fill(template: str, params: Mapping[str, Any]) -> tuple[str, bool]:
