@@ -83,7 +83,9 @@ def _grace() -> float:
 
 
 def _say_reclaimed(holder: slots.Holder) -> None:
-    sys.stderr.write(f"jitguard-launch: reclaimed a compile slot from a dead build: ended {holder.describe()}\n")
+    sys.stderr.write(
+        f"jitguard-launch: reclaimed a compile slot from a dead build: ended {holder.describe()}\n"
+    )
 
 
 def _command_setup() -> None:
