@@ -211,7 +211,7 @@ class GdnRouter:
         return kernel
 
     def _plan(self, variant: GdnVariant) -> VariantPlan:
-        wanted = {v for v in expected() if v.checkpointing is None or self.family.has_checkpointing}
+        wanted = {v for v in expected() if (v.checkpointing is not None) == self.family.has_checkpointing}
         planned = plan_for(self.version, wanted if variant in wanted else {variant})
         if _library(planned).is_file():
             return planned
