@@ -5,7 +5,6 @@ version alone (package metadata, no FlashInfer import, no compile: well under a 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import time
 from dataclasses import dataclass
@@ -74,10 +73,9 @@ def selection_from(args: argparse.Namespace) -> Selection:
 
 
 def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("flashinfer-python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    from jitguard.facts.flashinfer import installed_version as version
+
+    return version()
 
 
 def _config_path(text: str) -> Path:

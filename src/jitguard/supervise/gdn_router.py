@@ -24,7 +24,6 @@ memory, a timeout, a cached failure of that kind, a lock wait given up) propagat
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import threading
@@ -44,6 +43,7 @@ from jitguard.decision.gdn_variants import (
     variant_of_call,
 )
 from jitguard.errors import BuildFailed
+from jitguard.facts.flashinfer import installed_version
 
 log = logging.getLogger("jitguard")
 GETTER = "get_gdn_prefill_module"
@@ -277,7 +277,7 @@ def route(gdn_prefill: ModuleType) -> bool:
         settings = Settings.from_env()
         if settings.disabled or settings.gdn_variants == "all":
             return False
-        version = _flashinfer_version()
+        version = installed_version()
         family = family_for(version)
         if version is None or family is None:
             return False
@@ -314,13 +314,6 @@ def is_routed(gdn_prefill: ModuleType) -> bool:
 
 def _disabled_now() -> bool:
     return os.environ.get("JITGUARD_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _flashinfer_version() -> str | None:
-    try:
-        return importlib.metadata.version("flashinfer-python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 # ---- the build stage's defaults (FlashInfer is imported: the router runs inside it) ----------------------
