@@ -65,8 +65,8 @@ def expect(variants: Iterable[GdnVariant], *, why: str = "") -> None:
     with _lock:
         _expected.update(added)
     log.info(
-        "jitguard: FlashInfer GDN prefill will build only the instance(s) %s%s, not FlashInfer's full module "
-        "(JITGUARD_GDN_VARIANTS=all builds the full one)",
+        "jitguard: FlashInfer GDN prefill needs the instance(s) %s%s: unless FlashInfer's full module is built "
+        "already, only those are built (JITGUARD_GDN_VARIANTS=all builds the full module)",
         ", ".join(v.suffix for v in sorted(added)),
         f" ({why})" if why else "",
     )
