@@ -22,8 +22,11 @@ raises ``VariantSourceError`` and the caller takes FlashInfer's full module.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,7 +191,6 @@ def prepare_spec(plan: VariantPlan) -> Any:
     the launcher and the routed dispatch unit, and a spec with FlashInfer's flags under the plan's name."""
     from flashinfer.jit import env as jit_env
     from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
-    from flashinfer.jit.utils import write_if_different
 
     full = gen_gdn_prefill_sm90_module()
     if not plan.partial:
@@ -211,11 +213,31 @@ def prepare_spec(plan: VariantPlan) -> Any:
         if name == DISPATCH_SOURCE:
             text = dispatch_source(text, plan)
         dest = directory / name
-        write_if_different(dest, text)
+        _write_if_different(dest, text)
         sources.append(dest)
     spec = dataclasses.replace(full, name=plan.module, sources=sources)
     write_manifest(Path(spec.build_dir), plan)
     return spec
+
+
+def _write_if_different(path: Path, text: str) -> None:
+    """FlashInfer's ``write_if_different`` (an unchanged file keeps its mtime, so ninja has nothing to do), but
+    atomic: ranks write these before taking the module's lock, and a compile that reads the file while another
+    rank rewrites it sees the old file or the new one, never a truncated one."""
+    try:
+        if path.read_text() == text:
+            return
+    except (OSError, ValueError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_manifest(build_dir: Path, plan: VariantPlan) -> None:
