@@ -94,7 +94,7 @@ def build(kind: str, version: str, root: Path, env: dict[str, str], out: Path) -
     args = ["build", "flashinfer-gdn", "--workspace", str(workspace), "--timeout", BUILD_TIMEOUT, "--json"]
     if kind == "subset":
         args += ["--model", str(MODEL)]
-    log = out / f"gdn_variants_{version}_{kind}.log"
+    log = _log(root, version, kind)
     row = {
         "stage": kind,
         "flashinfer": version,
@@ -215,7 +215,11 @@ def digest(tensor: Any) -> str:
 
 
 def worker(mode: str, root: Path, version: str) -> dict[str, Any]:
+    import logging
+
     import torch
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # jitguard's lines, for the row
 
     saved = root / version / "tensors"
     saved.mkdir(parents=True, exist_ok=True)
@@ -318,7 +322,7 @@ def _router_modules() -> dict[str, list[str]]:
 
 
 def run_worker(mode: str, version: str, root: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
-    log = out / f"gdn_variants_{version}_{mode}.log"
+    log = _log(root, version, mode)
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -334,6 +338,7 @@ def run_worker(mode: str, version: str, root: Path, env: dict[str, str], out: Pa
         proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=560)
     text = log.read_text()
     result = _last_json(text) or {"mode": mode, "error": text.splitlines()[-8:]}
+    result["jitguard_lines"] = [line[:300] for line in text.splitlines() if line.startswith("jitguard:")][:12]
     result["exit"] = proc.returncode
     result["wall_s"] = round(time.monotonic() - start, 1)
     return result
@@ -474,6 +479,13 @@ def write_markdown(out: Path) -> None:
     (out / "gdn_variants.md").write_text("\n".join(lines) + "\n")
 
 
+def _log(root: Path, version: str, name: str) -> Path:
+    """Logs stay in ROOT: at most 8 files come back from $OUT (rows keep the tail of a failure's log)."""
+    path = root / "logs" / f"{version}-{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _last_json(text: str) -> dict[str, Any] | None:
     """The last JSON object printed (the envelope spans several lines; a worker prints one line)."""
     start = text.rfind("\n{")
@@ -536,6 +548,7 @@ def stage_subset(version: str, root: Path, out: Path, env: dict[str, str], refer
                     "exit": result["exit"],
                     "full_so": full_so.exists(),
                     "error": result.get("error"),
+                    "jitguard_lines": result.get("jitguard_lines"),
                 }
             ],
         )
@@ -559,6 +572,7 @@ def stage_lazy(version: str, root: Path, out: Path, env: dict[str, str], referen
                 "modules": result.get("modules"),
                 "exit": result["exit"],
                 "error": result.get("error"),
+                "jitguard_lines": result.get("jitguard_lines"),
             }
         ],
     )
