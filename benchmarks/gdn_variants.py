@@ -308,7 +308,7 @@ def guard() -> dict[str, Any]:
         torch.cuda.synchronize()
         result = "returned (no error: the guard did not fire)"
     except Exception as exc:
-        result = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        result = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
     return {"mode": "guard", "result": result, "modules": _router_modules()}
 
 
