@@ -347,28 +347,30 @@ def run_worker(mode: str, version: str, root: Path, env: dict[str, str], out: Pa
 def compare(
     version: str, root: Path, mode: str, result: dict[str, Any], reference: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """One row per output of ``mode`` against the full module's: bitwise (digests), and where the reference
-    tensors are at hand, max |diff| and FlashInfer's tolerances."""
+    """One row per output of ``mode`` against the full module's: bitwise, max |diff| and FlashInfer's
+    tolerances from the reference tensors when this machine still has them, else bitwise from the digests."""
     import torch
 
     rows = []
     saved = root / version / "tensors"
     for name, got in result.get("outputs", {}).items():
-        ref = reference.get(name)
         row: dict[str, Any] = {"stage": "numerics", "flashinfer": version, "path": mode, "case": name}
-        row["bitwise_o"] = ref is not None and got["o"] == ref["o"]
-        row["bitwise_state"] = ref is not None and got["state"] == ref["state"]
         a_file = saved / f"{mode}-{name.replace('/', '-')}.pt"
         b_file = saved / f"reference-{name.replace('/', '-')}.pt"
         if a_file.exists() and b_file.exists():
             a, b = torch.load(a_file), torch.load(b_file)
             for key in ("o", "state"):
+                row[f"bitwise_{key}"] = bool(torch.equal(a[key], b[key]))
                 x, y = a[key].float(), b[key].float()
                 row[f"max_abs_{key}"] = float((x - y).abs().max())
                 atol, rtol = TOLERANCES[key]
                 row[f"within_tol_{key}"] = bool(torch.allclose(x, y, atol=atol, rtol=rtol))
+        elif name in reference:
+            for key in ("o", "state"):
+                row[f"bitwise_{key}"] = got[key] == reference[name][key]
+            row["note"] = "reference tensors not on this machine: bitwise from the digests only"
         else:
-            row["note"] = "reference tensors not on this machine: digests only"
+            row["note"] = "no reference: run the full stage first (same machine, or its rows in --reference)"
         rows.append(row)
     return rows
 
@@ -457,7 +459,8 @@ def write_markdown(out: Path) -> None:
         for r in numerics:
             tol = r.get("within_tol_o") and r.get("within_tol_state") if "within_tol_o" in r else "-"
             lines.append(
-                f"| {r['flashinfer']} | {r['path']} | {r['case']} | {r['bitwise_o']} | {r['bitwise_state']} | "
+                f"| {r['flashinfer']} | {r['path']} | {r['case']} | {r.get('bitwise_o', '-')} | "
+                f"{r.get('bitwise_state', '-')} | "
                 f"{r.get('max_abs_o', '-')} | {r.get('max_abs_state', '-')} | {tol} |"
             )
     others = [r for r in rows if r.get("stage") in ("plan", "guard", "lazy", "served")]
