@@ -21,7 +21,9 @@ D=128). Stages (each a separate process tree; rows are appended to ``$OUT/gdn_va
 Wall: the build command's. CPU: user + system of the command and every process it waited for
 (``os.wait4``). Peak RSS: the sum over the command's process tree, sampled every 0.25 s. TUs: the objects the
 build compiled. The reference for ``subset``/``lazy`` is ROOT's saved tensors when the machine is still
-warm; otherwise the digests of the ``full`` row in ``--reference`` (bitwise only).
+warm; otherwise the digests of the ``full`` row in ``--reference`` (bitwise only). A fresh ``$OUT`` starts
+from the rows in ``--reference`` (default benchmarks/results/gdn_variants.jsonl), so copying what each call
+brings back there keeps one table across calls.
 
     python benchmarks/gdn_variants.py full|subset|lazy|render --flashinfer 0.6.6 [--root DIR] [--out DIR]
 
@@ -602,6 +604,10 @@ def main() -> int:
         print(json.dumps(worker(args.mode, args.root, args.flashinfer)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    rows_file = args.out / "gdn_variants.jsonl"
+    if not rows_file.exists() and args.reference.is_file():
+        # A fresh $OUT (each device call gets one): continue from the rows earlier calls brought back.
+        shutil.copyfile(args.reference, rows_file)
     if args.stage != "render":
         import importlib.metadata
 
