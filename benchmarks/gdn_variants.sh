@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # FlashInfer GDN prefill: the model's instances vs the full module, on the H200 host (benchmarks/gdn_variants.py).
-# One device call per line below (each stays under the 10-minute limit); run them back to back (the machine
-# stays warm ~30 s after a call: ROOT's workspaces and reference tensors are lost when it goes cold; the
-# subset stage then compares by digest with the full stage's rows from benchmarks/results/gdn_variants.jsonl).
+# One device call per line below (each stays under the 10-minute limit), in this order, back to back: the
+# machine stays warm ~30 s after a call, and the subset stage compares with the reference tensors the full
+# stage left in ROOT (/tmp). After each call copy the returned gdn_variants.jsonl and gdn_variants.md into
+# benchmarks/results/: the next call starts from those rows (and, if the machine went cold, compares bitwise
+# by the full stage's digests in them).
 #
 # Carry .whl/ (carry: [".whl"]) holding, fetched on the CPU machine (see the script's docstring):
 #   flashinfer_python-0.6.6-py3-none-any.whl [flashinfer_python-0.6.12-py3-none-any.whl]
