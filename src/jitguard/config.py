@@ -14,6 +14,7 @@ from pathlib import Path
 from jitguard.errors import ConfigError
 
 GDN_BACKENDS = ("auto", "flashinfer", "triton", "torch")
+GDN_VARIANTS = ("auto", "all")  # FlashInfer's nvcc GDN module: the instances calls need, or every one
 MAX_JOBS = 1024  # parallel compile jobs; also the number of host-wide slots one build may ask for
 MAX_SIZE = 1024**5  # 1 PiB: more memory than any host has, and a bound that 400-digit values cannot overflow
 MAX_DURATION_S = 366 * 86400.0  # one year
@@ -126,6 +127,7 @@ class Settings:
 
     disabled: bool = False
     gdn_backend: str = "auto"
+    gdn_variants: str = "auto"
     memory_budget: MemorySpec | None = None
     job_memory: int | None = None
     build_timeout: float = 3600.0
@@ -153,6 +155,10 @@ class Settings:
         if backend not in GDN_BACKENDS:
             raise ConfigError("JITGUARD_GDN_BACKEND", backend, "one of " + ", ".join(GDN_BACKENDS))
 
+        variants = (get("JITGUARD_GDN_VARIANTS") or "auto").lower()
+        if variants not in GDN_VARIANTS:
+            raise ConfigError("JITGUARD_GDN_VARIANTS", variants, "auto or all")
+
         budget_raw = get("JITGUARD_MEMORY_BUDGET")
         job_raw = get("JITGUARD_JOB_MEMORY")
         timeouts = {}
@@ -178,6 +184,7 @@ class Settings:
         return cls(
             disabled=disabled,
             gdn_backend=backend,
+            gdn_variants=variants,
             memory_budget=budget,
             job_memory=job_memory,
             cache_dir=default_cache_dir(env),

@@ -61,6 +61,7 @@ def test_durations(text: str, seconds: float) -> None:
         ("JITGUARD_STALL_TIMEOUT", "soon"),
         ("JITGUARD_BUILD_TIMEOUT", "0"),
         ("JITGUARD_GDN_BACKEND", "cuda"),
+        ("JITGUARD_GDN_VARIANTS", "some"),
         ("JITGUARD_DISABLE", "maybe"),
         ("JITGUARD_JOB_MEMORY", "lots"),
         ("JITGUARD_JOB_MEMORY", "0"),
@@ -72,6 +73,11 @@ def test_each_malformed_variable_names_itself_and_what_is_accepted(name: str, va
         Settings.from_env({name: value})
     message = str(info.value)
     assert name in message and "expected" in message
+
+
+def test_gdn_variants_default_to_the_needed_instances_and_all_means_the_full_module() -> None:
+    assert Settings.from_env({}).gdn_variants == "auto"
+    assert Settings.from_env({"JITGUARD_GDN_VARIANTS": "ALL"}).gdn_variants == "all"
 
 
 def test_cache_dir_follows_variable(tmp_path: Path) -> None:

@@ -5,6 +5,11 @@ For a Docker build step or CI, also on a host without a GPU: the arch comes from
 (``FLASHINFER_WORKSPACE_BASE``), exactly where the serving process will look for it. The build is the guarded
 one (failure cache, pre-flight, module lock, supervised runner, GLIBCXX check) but the module is not loaded.
 
+With ``--model PATH/config.json`` (or ``--variant NAME``) it builds only the GDN instances that model uses
+(``decision.gdn_variants``: its dtype and head layout; vLLM always passes beta, alpha and an initial state)
+into a module of their own name, which the serving process finds (``supervise.gdn_router``); ``--plan``
+prints what would be compiled, in well under a second, on any host (no FlashInfer import, no compile).
+
 A doomed environment fails in about a second, before FlashInfer is even imported: the pre-flight runs on the
 facts alone. ``register(build_subparsers)`` is called by ``jitguard.cli.build``.
 """
@@ -19,9 +24,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.cli.flashinfer_variants import installed_version, selection_from
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
+    from jitguard.cli.flashinfer_variants import Selection
     from jitguard.findings.model import Finding
     from jitguard.supervise.flashinfer_build import BuiltModule
     from jitguard.supervise.runner import BuildOptions
@@ -37,10 +44,52 @@ def register(build_subparsers: Any) -> None:
         help="prebuild FlashInfer's GDN prefill JIT module (no GPU needed)",
         description=(
             "Build FlashInfer's GDN prefill module (nvcc era, flashinfer-python 0.6.3-0.6.13) into "
-            "FlashInfer's cache ahead of serving, memory-bounded and watched. Fails within seconds, before "
-            "any compile, when the environment cannot produce a working module (e.g. no libcuda to link)."
+            "FlashInfer's cache ahead of serving, memory-bounded and watched. With --model (or --variant) "
+            "only the instances that model uses are compiled (e.g. 3 of 34 files for a bfloat16 Qwen3.5), "
+            "into a module named after them that the serving process uses; without, FlashInfer's full module "
+            "(every instance). Fails within seconds, before any compile, when the environment cannot produce "
+            "a working module (e.g. no libcuda to link)."
         ),
-        epilog="Exit codes: 0 built or up to date, 1 a blocking finding or failed build, 2 usage error.",
+        epilog=(
+            "Examples: jitguard build flashinfer-gdn --model /models/Qwen3.5-27B/config.json --plan; "
+            "jitguard build flashinfer-gdn --model /models/Qwen3.5-27B --workspace /opt/flashinfer. "
+            "Exit codes: 0 built, up to date or planned, 1 a blocking finding or failed build, 2 usage error."
+        ),
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="the model's config.json (or its directory): build only the GDN instances it uses",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float16", "bfloat16"),
+        help="with --model: the serving dtype, when it differs from the config's (vLLM's --dtype)",
+    )
+    parser.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="with --model, FlashInfer >= 0.6.8: also the instance that writes state checkpoints",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="build this instance, as FlashInfer names its file, e.g. bf16_g1b1a1i1 (repeatable)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the instances and files it would compile, and where; compile nothing (any host)",
+    )
+    parser.add_argument(
+        "--flashinfer-version",
+        default=None,
+        metavar="VERSION",
+        help="with --plan: plan for this flashinfer-python version instead of the installed one",
     )
     parser.add_argument("--arch", default=None, help="target arch as FlashInfer spells it (default 9.0a)")
     parser.add_argument(
@@ -57,10 +106,22 @@ def register(build_subparsers: Any) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     env = _environment(args)
-    options = _options(args, env)
     started = time.monotonic()
+    if args.flashinfer_version and not args.plan:
+        raise UsageError("--flashinfer-version plans for another FlashInfer; it needs --plan")
+    if args.plan:
+        from jitguard.cli.flashinfer_variants import report_plan
+
+        return report_plan(args, env, started)
+    options = _options(args, env)
+    selection = selection_from(args)
+    version = installed_version()
+    if selection.partial and version is not None:
+        selection.plan(
+            version
+        )  # a bad --variant or a version without variants: a usage error, before any work
     try:
-        built, skipped = _build(env, options)
+        built, skipped = _build(env, options, selection)
     except _Blocked as blocked:
         return _report_failure(args, blocked.module, blocked.findings, None, blocked.detail, started)
     except ImportError as exc:
@@ -77,7 +138,7 @@ def execute(args: argparse.Namespace) -> int:
             raise
         detail = str(exc).splitlines()[0]
         return _report_failure(args, exc.module, list(exc.findings), exc.log_path, detail, started)
-    return _report_success(args, built, skipped, started)
+    return _report_success(args, built, skipped, started, selection)
 
 
 class _Blocked(Exception):
@@ -126,7 +187,9 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
     )
 
 
-def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | None, str | None]:
+def _build(
+    env: dict[str, str], options: BuildOptions, selection: Selection
+) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
     from jitguard.config import Settings
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
@@ -151,21 +214,38 @@ def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | No
             [make("flashinfer-too-old", backend="flashinfer", version=fi.version)],
             "this FlashInfer has no GDN prefill module",
         )
-    module = fi.gdn_module
+    plan = selection.plan(fi.version)[0] if selection.partial else None
+    module = plan.module if plan is not None else fi.gdn_module
     if fi.prebuilt_gdn is not None and fi.prebuilt_source != "cached_ops":
-        return None, f"{module} is prebuilt by {fi.prebuilt_source} ({fi.prebuilt_gdn}); nothing to compile"
+        return (
+            None,
+            f"{fi.gdn_module} is prebuilt by {fi.prebuilt_source} ({fi.prebuilt_gdn}); nothing to compile",
+        )
+    if plan is not None and fi.prebuilt_gdn is not None:
+        return None, (
+            f"FlashInfer's full module {fi.gdn_module} is already built ({fi.prebuilt_gdn}) and serves every "
+            "instance; jitguard uses it"
+        )
 
     settings = Settings.from_env(env)
     failures = FailureCache(settings.cache_dir, ttl=ttl_from_env(env))
-    if fi.prebuilt_gdn is None:
+    if not _library_exists(fi.jit_dir, module):
         # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import.
         check_before_build(module, facts, failures)
 
     os.environ.update(
         {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
     )
+    if plan is not None:
+        from jitguard.supervise.gdn_variants import build_variant_module
+
+        return build_variant_module(plan, load=False, options=options, env=env), None
     spec = _gdn_spec(module)
     return build_spec(spec, load=None, options=options, env=env), None
+
+
+def _library_exists(jit_dir: Path | None, module: str) -> bool:
+    return jit_dir is not None and (jit_dir / module / f"{module}.so").is_file()
 
 
 def _gdn_spec(module: str) -> Any:
@@ -181,11 +261,16 @@ def _gdn_spec(module: str) -> Any:
 
 
 def _report_success(
-    args: argparse.Namespace, built: BuiltModule | None, skipped: str | None, started: float
+    args: argparse.Namespace,
+    built: BuiltModule | None,
+    skipped: str | None,
+    started: float,
+    selection: Selection,
 ) -> int:
     from jitguard.config import format_bytes
 
     elapsed = time.monotonic() - started
+    plan = selection.plan(installed_version())[0] if selection.partial and built is not None else None
     if args.json:
         from jitguard.cli.envelope import dumps
 
@@ -205,6 +290,8 @@ def _report_success(
                     "findings": [f.to_json() for f in built.notes],
                 }
             )
+            if plan is not None:
+                payload["plan"] = plan.to_json()
         print(dumps(COMMAND, payload))
         return EXIT_OK
     from jitguard.cli.report import console, render_findings
@@ -215,6 +302,11 @@ def _report_success(
         return EXIT_OK
     if built.notes:
         render_findings(out, built.notes)
+    if plan is not None:
+        out.print(
+            f"{built.module} holds only {', '.join(v.suffix for v in plan.variants)} ({plan.tu_count} of "
+            f"FlashInfer's {plan.family.full_tu_count} files); a serving process uses it for those calls."
+        )
     if built.status == "up-to-date":
         out.print(f"{built.module} is up to date: {built.so_path}")
     else:

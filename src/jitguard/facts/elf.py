@@ -102,6 +102,25 @@ def dynamic_info(path: str | os.PathLike[str]) -> DynamicInfo:
     return DynamicInfo(soname, tuple(needed), tuple(rpath), tuple(runpath))
 
 
+def symbols(path: str | os.PathLike[str], *, containing: str = "") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(defined, undefined) names in the dynamic symbol table (``.dynsym``: what the loader binds) that
+    contain ``containing``, each sorted. An undefined function is bound lazily, at its first call: a library
+    that needs a symbol nothing provides loads, then kills the process ("symbol lookup error") when called."""
+    from elftools.elf.sections import SymbolTableSection
+
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    with _open_elf(path) as elf:
+        table = elf.get_section_by_name(".dynsym")
+        if not isinstance(table, SymbolTableSection):
+            raise ElfReadError(f"{path} has no dynamic symbol table")
+        for symbol in table.iter_symbols():
+            if not symbol.name or containing not in symbol.name:
+                continue
+            (undefined if symbol["st_shndx"] == "SHN_UNDEF" else defined).add(symbol.name)
+    return tuple(sorted(defined)), tuple(sorted(undefined))
+
+
 def version_key(name: str) -> tuple[str, tuple[int, ...]]:
     """Sort key: by prefix, then numerically (``GLIBCXX_3.4.9`` < ``GLIBCXX_3.4.10``)."""
     m = _VERSION_NAME.match(name)

@@ -128,6 +128,23 @@ def arch_from_capability(major: int, minor: int) -> str:
     return f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}"
 
 
+def installed_version() -> str | None:
+    """flashinfer-python's version from its package metadata (no import), or None when it is not installed."""
+    try:
+        return metadata.version("flashinfer-python")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def workspace_dirs(env: Mapping[str, str], version: str, *, arch: str = "9.0a") -> tuple[Path, Path]:
+    """(cached_ops, generated) of FlashInfer ``version`` as it would resolve them: the arch from
+    FLASHINFER_CUDA_ARCH_LIST (else ``arch``), the base from FLASHINFER_WORKSPACE_BASE (else $HOME)."""
+    _, arch_dir, _ = _parse_arch_list(env.get("FLASHINFER_CUDA_ARCH_LIST") or arch)
+    base = Path(env["FLASHINFER_WORKSPACE_BASE"]) if "FLASHINFER_WORKSPACE_BASE" in env else _home(env)
+    workspace = base / ".cache" / "flashinfer" / version / (arch_dir or "90a")
+    return workspace / "cached_ops", workspace / "generated"
+
+
 def probe(packages: PackageFacts, env: Mapping[str, str], *, arch: str | None = None) -> FlashinferFacts:
     """``arch``: FlashInfer's spelling ("9.0a", space-separated for several), used when
     FLASHINFER_CUDA_ARCH_LIST is unset (FlashInfer itself would then query the GPUs through torch; the caller

@@ -118,6 +118,9 @@ class Dispatcher:
                     if b.NAME not in self._loaded:
                         b.load()
                         self._loaded.add(b.NAME)
+                    prepare = getattr(b, "prepare", None)
+                    if prepare is not None:  # build what this kind of call needs (FlashInfer's variants)
+                        prepare(call)
                     stage = "launch"
                     result = b.run(call)
                 except Exception as exc:

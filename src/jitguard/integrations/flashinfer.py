@@ -7,7 +7,10 @@ once when it already is:
 - ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
   with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded);
 - ``run_ninja`` (in ``jit.cpp_ext`` and the name ``jit.core`` imported from it) -> jitguard's runner, so every
-  ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched.
+  ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
+- ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
+  ``supervise.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
+  FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module).
 
 Supported: flashinfer-python >= 0.6.2 whose ``jit.core`` still has the nvcc ``JitSpec`` (0.6.2-0.6.13 build
 GDN with it; later versions use it for their other nvcc modules). Anything else is left untouched, with one
@@ -23,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -34,6 +38,7 @@ log = logging.getLogger("jitguard.hook")
 
 CORE_MODULE = "flashinfer.jit.core"
 CPP_EXT_MODULE = "flashinfer.jit.cpp_ext"
+GDN_MODULE = "flashinfer.gdn_prefill"
 _MARK = "__jitguard_original__"
 
 _lock = threading.RLock()
@@ -50,12 +55,15 @@ def install() -> bool:
         return False
     global _finder
     with _lock:
+        if _finder is None:  # also when flashinfer.jit.core is in: flashinfer.gdn_prefill may come later
+            _finder = _CoreImportHook()
+            _finder.install()
+        gdn = sys.modules.get(GDN_MODULE)
+        if gdn is not None:
+            _route_gdn(gdn)
         core = sys.modules.get(CORE_MODULE)
         if core is not None:
             return _patch(core)
-        if _finder is None:
-            _finder = _CoreImportHook()
-            _finder.install()
         return True
 
 
@@ -69,6 +77,11 @@ def uninstall() -> None:
         for owner, attribute, original in _patched.values():
             setattr(owner, attribute, original)
         _patched.clear()
+        gdn = sys.modules.get(GDN_MODULE)
+        if gdn is not None:
+            from jitguard.supervise.gdn_router import unroute
+
+            unroute(gdn)
 
 
 def is_active() -> bool:
@@ -173,17 +186,57 @@ def _stock() -> Any:
     return _STOCK
 
 
-def _on_core_import(core: ModuleType) -> None:
+def _on_import(module: ModuleType) -> None:
     # An installed hook stays on sys.meta_path; JITGUARD_DISABLE=1 set afterwards still means stock FlashInfer.
+    if module.__name__ == GDN_MODULE:
+        _route_gdn(module)
+        return
+
     def patch() -> bool:
-        return not Settings.from_env().disabled and _patch(core)
+        return not Settings.from_env().disabled and _patch(module)
 
     shielded("patching FlashInfer's JIT", "FlashInfer's builds are not guarded", patch, lambda: False)
 
 
+def _route_gdn(module: ModuleType) -> bool:
+    def route() -> bool:
+        from jitguard.supervise.gdn_router import route
+
+        return route(module)
+
+    return shielded(
+        "routing FlashInfer's GDN prefill", "FlashInfer builds its full GDN module", route, lambda: False
+    )
+
+
+def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source: str) -> tuple[str, ...]:
+    """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
+    before the first call (the first call then builds them all at once). Returns their names; () when the
+    variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
+    from jitguard.decision.gdn_variants import (
+        VariantError,
+        family_for,
+        model_gdn_from_config,
+        variants_for_model,
+    )
+    from jitguard.supervise.gdn_router import expect
+
+    settings = Settings.from_env()
+    family = family_for(_flashinfer_version())
+    if settings.disabled or settings.gdn_variants == "all" or family is None:
+        return ()
+    try:
+        planned = variants_for_model(model_gdn_from_config(config, source=source), family, dtype=dtype)
+    except VariantError as exc:
+        log.debug("jitguard: no GDN variants from %s: %s", source, exc)
+        return ()
+    expect(planned.variants, why=f"from {source}")
+    return tuple(v.suffix for v in planned.variants)
+
+
 class _CoreImportHook(PostImportHook):
-    """Patches ``flashinfer.jit.core`` as it is imported (a class of its own, so it can be told apart on
-    ``sys.meta_path``)."""
+    """Patches ``flashinfer.jit.core`` and ``flashinfer.gdn_prefill`` as they are imported (a class of its own,
+    so it can be told apart on ``sys.meta_path``)."""
 
     def __init__(self) -> None:
-        super().__init__((CORE_MODULE,), _on_core_import)
+        super().__init__((CORE_MODULE, GDN_MODULE), _on_import)

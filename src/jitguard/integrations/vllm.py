@@ -261,6 +261,8 @@ def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
             lambda: guard.choose(normalise_request(requested), str(active)),
             lambda: str(active),
         )
+        if backend == FLASHINFER:
+            _expect_gdn_variants(args[0] if args else kwargs.get("vllm_config"))
         return result if backend == active else (requested, backend)
 
     setattr(resolve_gdn_prefill_backend, _MARK, original)
@@ -302,10 +304,34 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
         )
         if backend != FLASHINFER:
             self._forward_method = self.forward_native
+        else:
+            get_config = getattr(module, "get_current_vllm_config", None)
+            _expect_gdn_variants(get_config() if callable(get_config) else None)
 
     setattr(__init__, _MARK, original)
     cls.__init__ = __init__
     return True
+
+
+def _expect_gdn_variants(vllm_config: Any) -> None:
+    """FlashInfer GDN prefill it is: tell jitguard's variant router the instances this model will call, from
+    its config and dtype (vLLM always passes beta, alpha and an initial state), before the first call."""
+
+    def expect() -> None:
+        model_config = getattr(vllm_config, "model_config", None)
+        hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+        to_dict = getattr(hf, "to_dict", None)
+        if callable(to_dict):
+            from jitguard.integrations.flashinfer import expect_gdn_variants
+
+            dtype = getattr(model_config, "dtype", None)
+            expect_gdn_variants(
+                to_dict(), str(dtype) if dtype is not None else None, source="the model config"
+            )
+
+    shielded(
+        "planning FlashInfer's GDN prefill variants", "the first call decides them", expect, lambda: None
+    )
 
 
 def _layout_moved(module: str, target: str) -> None:

@@ -9,7 +9,8 @@ In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock f
    ``BuildFailed`` before the first compile, recorded in the failure cache;
 4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
    classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk, lock);
-5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded;
+5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded
+   (and the caller's own ``verify``: a partial GDN module's symbol check, ``gdn_variants.verify_library``);
 6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
 
 ``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
@@ -79,8 +80,11 @@ def build_spec(
     load: Callable[[Path], Any] | None = None,
     options: BuildOptions | None = None,
     env: Mapping[str, str] | None = None,
+    verify: Callable[[Path], None] | None = None,
 ) -> BuiltModule:
     """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
+    ``verify(so_path)`` runs after the checks and before the load (a partial GDN module's symbol check); what
+    it raises propagates, nothing is recorded.
 
     Raises ``CachedBuildFailure`` / ``BuildFailed`` (with findings and the log path) or ``LockTimeout``.
     """
@@ -115,6 +119,8 @@ def build_spec(
             result = _run_build(spec, key, failures, options, settings, log_path)
         status: Literal["built", "up-to-date"] = "up-to-date" if before == _mtime(so_path) else "built"
         notes += _check_library(key, so_path, facts, failures, log_path if result else None)
+        if verify is not None:
+            verify(so_path)
         loaded = _load(key, so_path, failures, load) if load is not None else None
         if status == "built" or failures.get(module, facts.fingerprint) is not None:
             failures.record_success(module, facts.fingerprint, source_digest=digest)

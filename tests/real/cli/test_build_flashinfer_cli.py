@@ -83,6 +83,27 @@ def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path
     assert "failure cache" in again.stderr and "link-missing-libcuda" in again.stderr
 
 
+@pytest.mark.skipif(_can_link_libcuda(), reason="this host can link -lcuda; the doomed case needs it missing")
+def test_a_model_s_partial_module_is_doomed_and_cached_under_its_own_name(tmp_path: Path) -> None:
+    """--model: the same pre-flight, for the partial module; the failure cache and the log name the variant set,
+    and FlashInfer's full module keeps no record (another user of the workspace building it is not blocked)."""
+    config = Path(__file__).parents[2] / "data" / "models" / "qwen3_5" / "config.json"
+    workspace = tmp_path / "workspace"
+    args = ["build", "flashinfer-gdn", "--model", str(config), "--workspace", str(workspace), "--json"]
+    result = _jitguard(args, _env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    payload: dict[str, Any] = json.loads(result.stdout)
+    assert_valid(payload)
+    assert payload["module"] == "gdn_prefill_sm90_only_bf16_g1b1a1i1"
+    assert "link-missing-libcuda" in [f["code"] for f in payload["findings"]]
+    assert not workspace.exists()  # refused before FlashInfer was imported
+    from jitguard.state.failure_cache import FailureCache
+
+    assert [r.module for r in FailureCache(tmp_path / "cache").entries()] == [
+        "gdn_prefill_sm90_only_bf16_g1b1a1i1"
+    ]
+
+
 def test_a_cutedsl_era_flashinfer_has_nothing_to_build(tmp_path: Path) -> None:
     site = tmp_path / "site"
     make_dist(site, "flashinfer-python", "0.6.14")  # found before the real 0.6.6: its metadata is all we read

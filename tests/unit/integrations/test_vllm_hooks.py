@@ -148,3 +148,48 @@ def test_disable_makes_register_a_no_op(stand_in: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("JITGUARD_DISABLE", "1")
     assert plugin.register() is False
     assert not plugin.is_registered()
+
+
+EXPECTING_SOURCE = """
+def _resolve_gdn_prefill_backend(vllm_config):
+    return ("auto", "flashinfer")
+"""
+
+
+def test_a_flashinfer_choice_tells_the_gdn_router_the_models_instances_before_the_first_call(
+    stand_in: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM's config is known when it resolves the backend, long before the first prefill: jitguard plans the
+    instances from it (dtype, head layout; vLLM always passes beta, alpha and an initial state)."""
+    import json
+    from types import SimpleNamespace
+
+    from jitguard.decision.gdn_variants import family_for
+    from jitguard.supervise import gdn_router
+
+    family = family_for(plugin_flashinfer_version())
+    if family is None:
+        pytest.skip("needs an nvcc-era flashinfer-python (0.6.3 - 0.6.13) installed")
+    monkeypatch.setattr(gdn_router, "_expected", set())
+    config = json.loads((Path(__file__).parents[2] / "data/models/qwen3_5/config.json").read_text())
+    text = SimpleNamespace(to_dict=lambda: config["text_config"])
+    vllm_config = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=text, dtype="torch.bfloat16"))
+    write_vllm(stand_in, {CURRENT_PATH: EXPECTING_SOURCE})
+    assert plugin.register(status=lambda: BackendStatus("flashinfer", True, ()))
+    module = importlib.import_module(plugin.CURRENT.module)
+    with caplog.at_level(logging.INFO, logger="jitguard"):
+        assert module._resolve_gdn_prefill_backend(vllm_config) == ("auto", "flashinfer")
+        module._resolve_gdn_prefill_backend(vllm_config)  # every layer asks: planned (and logged) once
+    suffix = "bf16_g1b1a1i1" + ("c0" if family.has_checkpointing else "")
+    assert [v.suffix for v in gdn_router.expected()] == [suffix]
+    planned = [r.getMessage() for r in caplog.records if "needs the instance" in r.getMessage()]
+    assert len(planned) == 1 and suffix in planned[0]
+
+
+def plugin_flashinfer_version() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None

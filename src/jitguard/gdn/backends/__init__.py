@@ -28,6 +28,9 @@ class GdnBackend(Protocol):
         """Import, build and load whatever the backend needs (idempotent). Raises on failure."""
         ...
 
+    # Optional: ``prepare(call)``, run after ``load()`` on a kind of call's first use (still the load stage):
+    # build what that kind of call needs (FlashInfer's nvcc era builds per instance).
+
     def run(self, call: GdnCall) -> tuple[Any, Any]:
         """Run one validated call in jitguard's convention; returns ``(o, final_state or None)``."""
         ...

@@ -95,17 +95,49 @@ def input_findings(spec: CallSpec) -> list[Finding]:
 
 
 def load() -> None:
-    """Import FlashInfer's GDN prefill and, in the nvcc era, build (or load the cached) JIT module now, so a
-    build or load failure is told apart from a launch failure."""
+    """Import FlashInfer's GDN prefill. nvcc era: route its module getter through jitguard's variant router
+    (``supervise.gdn_router``: a call builds only the instances it needs, ``prepare``), or, with the variants
+    off (``JITGUARD_GDN_VARIANTS=all``), build (or load the cached) full module now, so a build or load
+    failure is told apart from a launch failure."""
     global _kernel
     if _kernel is not None:
         return
     module = importlib.import_module("flashinfer.gdn_prefill")
     if era(installed_version()) == "nvcc":
-        module.get_gdn_prefill_module()
+        from jitguard.supervise.gdn_router import route
+
+        if not route(module):
+            module.get_gdn_prefill_module()
     else:
         _check_dsl_kernel()
     _kernel = module.chunk_gated_delta_rule
+
+
+def prepare(call: GdnCall) -> None:
+    """Before the first launch of a kind of call: build and load the module that serves its instance (nvcc
+    era, routed), so that build is a load-stage failure like the full module's. Later calls that need another
+    instance (e.g. without an initial state) get it built on demand, just as visibly."""
+    from jitguard.supervise.gdn_router import router
+
+    routed = router()
+    variant = _variant(call, routed.family) if routed is not None else None
+    if routed is not None and variant is not None:
+        routed.prepare(variant)
+
+
+def _variant(call: GdnCall, family: Any) -> Any:
+    from jitguard.decision.gdn_variants import variant_of_call
+
+    return variant_of_call(
+        str(call.q.dtype),
+        int(call.q.shape[1]),
+        int(call.v.shape[1]),
+        has_alpha=True,  # run() always passes alpha = exp(g) and beta
+        has_beta=True,
+        has_initial_state=call.initial_state is not None,
+        checkpointing=False,
+        family=family,
+    )
 
 
 def _check_dsl_kernel() -> None:
