@@ -41,7 +41,7 @@ from jitguard.decision.gdn_variants import (
     parse_variant,
     plan_for,
 )
-from jitguard.state.atomic_file import read_json, write_json
+from jitguard.fileio import read_json, write_json
 
 if TYPE_CHECKING:
     from jitguard.supervise.flashinfer_build import BuiltModule
