@@ -51,6 +51,9 @@ def register(build_subparsers: Any) -> None:
         "--workspace", default=None, help="FlashInfer workspace base (FLASHINFER_WORKSPACE_BASE)"
     )
     parser.add_argument("--timeout", default=None, help="overall build time limit: 3600, 90m, 2h")
+    from jitguard.cli.build import add_share_arguments
+
+    add_share_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     parser.set_defaults(execute=execute)
 
@@ -60,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
     options = _options(args, env)
     started = time.monotonic()
     try:
-        built, skipped = _build(env, options)
+        built, skipped = _build(env, options, args.publish)
     except _Blocked as blocked:
         return _report_failure(args, blocked.module, blocked.findings, None, blocked.detail, started)
     except ImportError as exc:
@@ -104,6 +107,8 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
         if workspace.exists() and not workspace.is_dir():
             raise UsageError(f"--workspace {args.workspace}: not a directory")
         env["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
+    if args.share:
+        env["JITGUARD_SHARE"] = args.share
     return env
 
 
@@ -126,7 +131,9 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
     )
 
 
-def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | None, str | None]:
+def _build(
+    env: dict[str, str], options: BuildOptions, publish: str | None = None
+) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
     from jitguard.config import Settings
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
@@ -157,15 +164,16 @@ def _build(env: dict[str, str], options: BuildOptions) -> tuple[BuiltModule | No
 
     settings = Settings.from_env(env)
     failures = FailureCache(settings.cache_dir, ttl=ttl_from_env(env))
-    if fi.prebuilt_gdn is None:
-        # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import.
+    if fi.prebuilt_gdn is None and not settings.share_url:
+        # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import
+        # (with a store the module may still be fetched: build_spec checks after trying that).
         check_before_build(module, facts, failures)
 
     os.environ.update(
         {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
     )
     spec = _gdn_spec(module)
-    return build_spec(spec, load=None, options=options, env=env), None
+    return build_spec(spec, load=None, options=options, env=env, publish=publish), None
 
 
 def _gdn_spec(module: str) -> Any:
@@ -203,10 +211,11 @@ def _report_success(
                     "build": result.to_json() if result else None,
                     "waited_s": round(built.waited_s, 3),
                     "findings": [f.to_json() for f in built.notes],
+                    "shared": [o.to_json() for o in built.shared],
                 }
             )
         print(dumps(COMMAND, payload))
-        return EXIT_OK
+        return _publish_status(built) if built else EXIT_OK
     from jitguard.cli.report import console, render_findings
 
     out = console()
@@ -215,7 +224,16 @@ def _report_success(
         return EXIT_OK
     if built.notes:
         render_findings(out, built.notes)
-    if built.status == "up-to-date":
+    for outcome in built.shared if built else ():
+        if outcome.action == "failed":
+            out.print(f"[yellow]artifact store[/]: {outcome.detail}")
+    if built.status == "fetched":
+        fetched = next(o for o in built.shared if o.action == "fetched")
+        out.print(
+            f"Fetched {built.module} from {fetched.to_json()['url']} ({fetched.bytes} bytes in "
+            f"{fetched.seconds:.1f} s, sha256 verified; {fetched.detail}): {built.so_path}"
+        )
+    elif built.status == "up-to-date":
         out.print(f"{built.module} is up to date: {built.so_path}")
     else:
         result = built.result
@@ -225,6 +243,20 @@ def _report_success(
             f"Built {built.module} in {result.wall_s:.0f} s with {result.jobs} jobs "
             f"({result.attempts} attempt(s), peak memory {peak}): {built.so_path}\nFull log: {built.log_path}"
         )
+        if result.compiler_cache is not None:
+            out.print(f"Compiler cache: {result.compiler_cache.describe()}")
+    for outcome in built.shared:
+        if outcome.action == "published":
+            out.print(f"Published {built.module} to {outcome.to_json()['url']} ({outcome.bytes} bytes)")
+    return _publish_status(built)
+
+
+def _publish_status(built: BuiltModule) -> int:
+    """A publish that was asked for and failed fails the command (the module itself is built and kept)."""
+    failed = [o for o in built.shared if o.operation == "publish" and o.action != "published"]
+    if failed:
+        sys.stderr.write(f"jitguard: {built.module} is built but was not published: {failed[0].detail}\n")
+        return EXIT_FAILURE
     return EXIT_OK
 
 

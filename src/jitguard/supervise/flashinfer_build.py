@@ -12,6 +12,11 @@ In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock f
 5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded;
 6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
 
+With an artifact store (``JITGUARD_SHARE``, ``supervise.shared_build``), a cold build first tries to fetch
+the module (before the failure cache and pre-flight: a host that cannot build may still fetch), and a library
+fetched for this very variant counts as up to date; after a build, the module is published when asked
+(``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
+
 ``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
 flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
 """
@@ -35,6 +40,7 @@ from jitguard.supervise.module_lock import ModuleLock
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.supervise.runner import BuildOptions, BuildResult
+    from jitguard.supervise.shared_build import Share, ShareOutcome
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
@@ -81,13 +87,14 @@ class BuiltModule:
 
     module: str
     so_path: Path
-    status: Literal["built", "up-to-date"]
+    status: Literal["built", "up-to-date", "fetched"]
     log_path: Path | None
     result: BuildResult | None
     notes: tuple[Finding, ...]  # non-blocking findings (warnings, info) worth showing
     waited_s: float
     took_over_from_pid: int | None = None
     loaded: Any = field(default=None, compare=False, repr=False)
+    shared: tuple[ShareOutcome, ...] = ()  # what the artifact store did (fetch, publish)
 
 
 def build_spec(
@@ -96,6 +103,7 @@ def build_spec(
     load: Callable[[Path], Any] | None = None,
     options: BuildOptions | None = None,
     env: Mapping[str, str] | None = None,
+    publish: str | None = None,
 ) -> BuiltModule:
     """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
 
@@ -122,7 +130,9 @@ def build_spec(
         result: BuildResult | None = None
         key = _Key(module, facts.fingerprint, digest)
         before = _mtime(so_path)
-        if before is None or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path)):
+        shared: list[ShareOutcome] = []
+        fetched = _fetched_here(spec, so_path, settings, facts, shared, cold=before is None)
+        if not fetched and (before is None or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path))):
             if before is None:
                 # A cold build is where a doomed environment costs the most (all TUs compile, then the link
                 # fails). An existing library is never blocked by pre-flight: it may have been built elsewhere
@@ -130,8 +140,15 @@ def build_spec(
                 notes += check_before_build(module, facts, failures, source_digest=digest)
             lock.set_log_path(log_path)
             result = _run_build(spec, key, failures, options, settings, log_path)
-        status: Literal["built", "up-to-date"] = "up-to-date" if before == _mtime(so_path) else "built"
+        status: Literal["built", "up-to-date", "fetched"] = (
+            "up-to-date" if before == _mtime(so_path) else "built"
+        )
+        if fetched and before is None:
+            status = "fetched"
         notes += _check_library(key, so_path, facts, failures, log_path if result else None)
+        target = publish or (settings.share_url if settings.share_publish and status == "built" else None)
+        if target:
+            shared.append(_share(spec, target, settings, facts).publish({so_path.name: so_path}))
         loaded = _load(key, so_path, failures, load) if load is not None else None
         if status == "built" or failures.get(module, facts.fingerprint) is not None:
             failures.record_success(module, facts.fingerprint, source_digest=digest)
@@ -145,7 +162,39 @@ def build_spec(
             waited_s=lock.waited,
             took_over_from_pid=lock.took_over_from.pid if lock.took_over_from else None,
             loaded=loaded,
+            shared=tuple(shared),
         )
+
+
+def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
+    from jitguard.facts.build_identity import of_facts
+    from jitguard.state.artifact_store import ArtifactKey
+    from jitguard.supervise.shared_build import Share, spec_variant
+
+    key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
+    return Share(url, key, settings.share_timeout)
+
+
+def _fetched_here(
+    spec: Any, so_path: Path, settings: Settings, facts: Facts, shared: list[ShareOutcome], *, cold: bool
+) -> bool:
+    """True when the library in place came from the store for this variant: fetched now (a cold build with a
+    store configured) or earlier (its marker still matches). Never raises: a fault means a local build."""
+    from jitguard.supervise import shared_build
+
+    try:
+        if not cold:
+            return shared_build.is_fetched([so_path], shared_build.spec_variant(spec))
+        if not settings.share_url:
+            return False
+        outcome = _share(spec, settings.share_url, settings, facts).fetch(so_path.parent)
+    except Exception as exc:  # the store is a help, never a reason to fail
+        import logging
+
+        logging.getLogger("jitguard.share").warning("jitguard: the artifact store was not used: %s", exc)
+        return False
+    shared.append(outcome)
+    return outcome.action == "fetched" and so_path.exists()
 
 
 def check_before_build(

@@ -38,7 +38,9 @@ def test_every_line_of_the_users_file_keeps_its_number_in_the_wrapped_copy() -> 
     text, _ = wrap_commands(FLASHINFER_STYLE, ["py", "--"])
     original, wrapped = FLASHINFER_STYLE.splitlines(), text.splitlines()
     for number, line in enumerate(original):
-        assert wrapped[number] == line or ("command =" in line and wrapped[number].endswith(line.split("= ", 1)[1]))
+        assert wrapped[number] == line or (
+            "command =" in line and wrapped[number].endswith(line.split("= ", 1)[1])
+        )
 
 
 def test_bindings_outside_rule_blocks_and_continuations_are_untouched() -> None:
