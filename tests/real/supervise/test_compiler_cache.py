@@ -50,7 +50,9 @@ def _sccache_servers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["name", "environ"]):
         try:
-            if proc.info["name"] == "sccache" and compiler_cache.ATTEMPT_DIR_ENV in (proc.info["environ"] or {}):
+            if proc.info["name"] == "sccache" and compiler_cache.ATTEMPT_DIR_ENV in (
+                proc.info["environ"] or {}
+            ):
                 found.append(proc)
         except psutil.Error:
             continue

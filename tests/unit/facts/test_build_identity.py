@@ -19,7 +19,10 @@ DESCRIBED: dict[str, Any] = {
         "ninja": {"path": "/usr/bin/ninja", "version": "1.11.1"},
         "cuda_home": "/usr/local/cuda",
     },
-    "libstdcxx": {"compiler": {"path": "/usr/lib/libstdc++.so.6", "max": "3.4.30"}, "runtime": {"max": "3.4.30"}},
+    "libstdcxx": {
+        "compiler": {"path": "/usr/lib/libstdc++.so.6", "max": "3.4.30"},
+        "runtime": {"max": "3.4.30"},
+    },
     "link": {"libcuda": False},
     "env": {
         "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
