@@ -16,9 +16,10 @@ How it fits the supervised build:
   and misses, whatever other builds on the host do.
 - **The memory budget holds.** The launcher takes its host-wide slot after the server is up and holds it while
   the sccache client waits for its compile; the slot's file is not handed to sccache (a server started by a
-  client would inherit it and keep the slot for the whole build). A hit holds the slot only for the lookup
-  (tens of milliseconds; measured in ``benchmarks/fleet.py``); sccache's protocol has no way to look up
-  without compiling, so a slot is taken before it is known whether the compile is a hit.
+  client would inherit it and keep the slot for the whole build). A hit holds the slot only for the lookup,
+  which for nvcc means preprocessing the file (2-3 s for a FlashInfer RoPE file on the 2-core build machine,
+  against 9-21 s to compile it: ``benchmarks/results/fleet.md``) with the preprocessor's memory, not cicc's;
+  sccache's protocol has no way to look up without compiling on a miss, so the slot is taken first.
 - **Stats per build.** After its compile, each launcher asks the server for its counters
   (``sccache --show-stats --stats-format json``) and keeps the snapshot with the most compile requests; the
   last one to finish has seen every compile. The runner reads it after the attempt (``Session``).

@@ -200,6 +200,9 @@ def terminate(
         time.sleep(0.05)
         reap()
         left = members()
+    # A member that died at once (e.g. a daemon, such as the sccache server, ending on SIGTERM) is a zombie
+    # that members() no longer lists: collect it, or it is left to init and its CPU time is lost.
+    reap()
     return left
 
 
