@@ -221,6 +221,8 @@ def _report_success(
     out = console()
     if built is None:
         out.print(f"Nothing to build: {skipped}.")
+        if args.publish:
+            sys.stderr.write("jitguard: nothing was published: no module was built here\n")
         return EXIT_OK
     if built.notes:
         render_findings(out, built.notes)

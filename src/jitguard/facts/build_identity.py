@@ -21,18 +21,23 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from jitguard.facts.fingerprint import ENV_NAMES
+
 SCHEMA = 1
-# Variables of the fingerprint that change what a build produces (the rest change where or whether it runs).
-COMPILE_ENV = (
-    "CXX",
-    "CC",
-    "CPATH",
-    "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_CCBIN",
+# The fingerprint's variables that say where things are, how many jobs run or whether a link or load works,
+# never what a compile produces; every other one (CXX, CC, include paths, NVCC_*_FLAGS, ...) is identity.
+_PLACEMENT_ENV = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LIBRARY_PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "CONDA_PREFIX",
+    "MAX_JOBS",
+    "JITGUARD_MEMORY_BUDGET",
+    "JITGUARD_JOB_MEMORY",
 )
+COMPILE_ENV = tuple(name for name in ENV_NAMES if name not in _PLACEMENT_ENV)
 # FLASHINFER_* variables that only say where things go or how loudly, never what is compiled.
 _PLACEMENT = ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_DISABLE_VERSION_CHECK", "FLASHINFER_LOGLEVEL")
 

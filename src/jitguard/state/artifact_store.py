@@ -227,8 +227,8 @@ class ArtifactStore:
             fs, root = self._open()
             for entry, path in entries:
                 blob = self._blob(root, entry.sha256)
-                if _exists(fs, blob) and _size(fs, blob) == entry.size:
-                    continue  # content-addressed: the same bytes are already there
+                if self._local(fs) and _exists(fs, blob) and sha256_of(Path(blob)) == entry.sha256:
+                    continue  # content-addressed: these very bytes are there (an object store is rewritten)
                 self._write(fs, blob, functools.partial(_put, fs, path))
                 if cancelled.is_set():
                     raise StoreUnavailable("cancelled")

@@ -23,6 +23,7 @@ flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -146,13 +147,10 @@ def build_spec(
         if fetched and before is None:
             status = "fetched"
         notes += _check_library(key, so_path, facts, failures, log_path if result else None)
-        target = publish or (settings.share_url if settings.share_publish and status == "built" else None)
-        if target:
-            shared.append(_share(spec, target, settings, facts).publish({so_path.name: so_path}))
         loaded = _load(key, so_path, failures, load) if load is not None else None
         if status == "built" or failures.get(module, facts.fingerprint) is not None:
             failures.record_success(module, facts.fingerprint, source_digest=digest)
-        return BuiltModule(
+        built = BuiltModule(
             module=module,
             so_path=so_path,
             status=status,
@@ -164,6 +162,23 @@ def build_spec(
             loaded=loaded,
             shared=tuple(shared),
         )
+    # After the lock: the other ranks need not wait for an upload.
+    target = publish or (settings.share_url if settings.share_publish and built.status == "built" else None)
+    if target:
+        built = dataclasses.replace(
+            built, shared=(*built.shared, _publish(spec, target, settings, facts, so_path))
+        )
+    return built
+
+
+def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:
+    """Publish the built library; never raises (the build itself stands whatever the store does)."""
+    from jitguard.supervise.shared_build import ShareOutcome
+
+    try:
+        return _share(spec, url, settings, facts).publish({so_path.name: so_path})
+    except Exception as exc:
+        return ShareOutcome("publish", "failed", url, f"{type(exc).__name__}: {exc}")
 
 
 def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
@@ -184,6 +199,8 @@ def _fetched_here(
 
     try:
         if not cold:
+            if not shared_build.has_marker(so_path):
+                return False
             return shared_build.is_fetched([so_path], shared_build.spec_variant(spec))
         if not settings.share_url:
             return False

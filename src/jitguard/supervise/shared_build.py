@@ -189,6 +189,10 @@ def _mark(fetched: Fetched, key: ArtifactKey) -> None:
             )
 
 
+def has_marker(path: Path) -> bool:
+    return _marker(path).exists()
+
+
 def is_fetched(paths: Iterable[Path], variant: str) -> bool:
     """Every one of ``paths`` is a file fetched for ``variant`` and unchanged since (size and mtime)."""
     paths = list(paths)

@@ -92,6 +92,32 @@ def test_a_second_host_gets_every_compile_from_sccache_on_redis(
     assert second.compiler_cache.errors == 0
 
 
+def test_a_second_host_gets_every_compile_from_sccache_on_s3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sccache: str
+) -> None:
+    boto3 = pytest.importorskip("boto3", reason="needs boto3 to make the bucket (pip install 'moto[server]')")
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    with services.s3_server(tmp_path / "moto") as endpoint:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
+            Bucket="sccache-fleet"
+        )
+        for name, value in {
+            "SCCACHE_BUCKET": "sccache-fleet",  # sccache's own S3 settings, against a real local S3 server
+            "SCCACHE_ENDPOINT": endpoint,
+            "SCCACHE_REGION": "us-east-1",
+            "SCCACHE_S3_USE_SSL": "false",
+        }.items():
+            monkeypatch.setenv(name, value)
+        first = _build(_host(tmp_path, monkeypatch, "host-a"))
+        second = _build(_host(tmp_path, monkeypatch, "host-b"))
+
+    assert first.compiler_cache is not None and second.compiler_cache is not None
+    assert second.compiler_cache.backend == "s3"
+    assert first.compiler_cache.misses > 0
+    assert second.compiler_cache.hits > 0 and second.compiler_cache.misses == 0
+
+
 def test_one_compile_slot_is_enough_because_the_server_never_holds_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sccache: str
 ) -> None:
