@@ -77,8 +77,9 @@ def _spec(module: str, sources: int | None) -> Any:
 
     spec = gen_gdn_prefill_sm90_module()
     if sources is not None:
-        fixed = [s for s in spec.sources if "instance" not in s.name]
-        instances = [s for s in spec.sources if "instance" in s.name]
+        # The generated instances (gdn_prefill_kernel_<dtype>_g<..>.cu) and the two fixed files.
+        instances = [s for s in spec.sources if s.name.startswith("gdn_prefill_kernel_")]
+        fixed = [s for s in spec.sources if s not in instances]
         spec.sources = instances[:sources] + fixed
     return spec
 

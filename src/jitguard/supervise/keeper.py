@@ -200,9 +200,6 @@ def terminate(
         time.sleep(0.05)
         reap()
         left = members()
-    # A member that died at once (e.g. a daemon, such as the sccache server, ending on SIGTERM) is a zombie
-    # that members() no longer lists: collect it, or it is left to init and its CPU time is lost.
-    reap()
     return left
 
 
@@ -218,6 +215,20 @@ def _reap() -> None:
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] != 0:
             pass
+
+
+def _wait_for_children(timeout: float) -> None:
+    """Reap the children still on their way out, for at most ``timeout`` s. A multi-threaded process (the
+    sccache server) that was killed shows as a zombie before its threads are gone and cannot be reaped until
+    they are: a keeper that exits then leaves it to init, and its CPU time (its compilers') is lost."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no child left
+        if pid == 0:
+            time.sleep(0.02)
 
 
 def _exit_code(raw: int) -> int:
@@ -277,6 +288,7 @@ def main(argv: list[str]) -> int:
         for sig in _STOP_SIGNALS:  # a second signal must not interrupt the stopping
             signal.signal(sig, signal.SIG_IGN)
         terminate(members, grace=grace, cgroup=cgroup, reap=_reap)
+    _wait_for_children(2.0)
     if cgroup is not None:
         cgroup.remove()
     return code
