@@ -5,6 +5,7 @@ Each test that needs one skips with a one-line reason when it is not installed."
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+NEEDS_FSSPEC = pytest.mark.skipif(
+    importlib.util.find_spec("fsspec") is None, reason="needs fsspec (pip install 'jitguard[share]')"
+)
 
 
 def free_port() -> int:

@@ -15,15 +15,13 @@ from typing import Any
 import pytest
 
 from flashinfer_066 import NEEDS_FLASHINFER_066
+from services import NEEDS_FSSPEC
 
 SCENARIOS = Path(__file__).with_name("flashinfer_share_scenarios.py")
 
 pytestmark = [
     *NEEDS_FLASHINFER_066,
-    pytest.mark.skipif(
-        __import__("importlib").util.find_spec("fsspec") is None,
-        reason="needs fsspec (pip install 'jitguard[share]')",
-    ),
+    NEEDS_FSSPEC,
 ]
 
 

@@ -11,16 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from envelope_schemas import assert_valid
 from flashinfer_066 import NEEDS_FLASHINFER_066
+from services import NEEDS_FSSPEC
 
 pytestmark = [
     *NEEDS_FLASHINFER_066,
-    pytest.mark.skipif(
-        __import__("importlib").util.find_spec("fsspec") is None, reason="needs fsspec (pip install 'jitguard[share]')"
-    ),
+    NEEDS_FSSPEC,
 ]
 
 # Run in the environment of the "host" that builds: publish a library under the key this host computes.

@@ -14,13 +14,11 @@ import pytest
 
 import nvcc_project
 from envelope_schemas import assert_valid
+from services import NEEDS_FSSPEC
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        __import__("importlib").util.find_spec("fsspec") is None,
-        reason="needs fsspec (pip install 'jitguard[share]')",
-    ),
+    NEEDS_FSSPEC,
 ]
 
 

@@ -46,6 +46,17 @@ def _build(manifest: Path, **options: object) -> BuildResult:
     )
 
 
+def _first_then_second_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, backend: str) -> None:
+    """The first host fills the cache, the second gets every compile from it."""
+    first = _build(_host(tmp_path, monkeypatch, "host-a"))
+    second = _build(_host(tmp_path, monkeypatch, "host-b"))
+    assert first.compiler_cache is not None and second.compiler_cache is not None
+    assert second.compiler_cache.backend == backend
+    assert first.compiler_cache.misses > 0
+    assert second.compiler_cache.hits > 0 and second.compiler_cache.misses == 0
+    assert second.compiler_cache.errors == 0
+
+
 def _sccache_servers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["name", "environ"]):
@@ -82,14 +93,7 @@ def test_a_second_host_gets_every_compile_from_sccache_on_redis(
 ) -> None:
     with services.redis_server(tmp_path / "redis") as endpoint:
         monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", endpoint)
-        first = _build(_host(tmp_path, monkeypatch, "host-a"))
-        second = _build(_host(tmp_path, monkeypatch, "host-b"))
-
-    assert first.compiler_cache is not None and second.compiler_cache is not None
-    assert second.compiler_cache.backend == "redis"
-    assert first.compiler_cache.misses > 0
-    assert second.compiler_cache.hits > 0 and second.compiler_cache.misses == 0
-    assert second.compiler_cache.errors == 0
+        _first_then_second_host(tmp_path, monkeypatch, backend="redis")
 
 
 def test_a_second_host_gets_every_compile_from_sccache_on_s3(
@@ -109,13 +113,7 @@ def test_a_second_host_gets_every_compile_from_sccache_on_s3(
             "SCCACHE_S3_USE_SSL": "false",
         }.items():
             monkeypatch.setenv(name, value)
-        first = _build(_host(tmp_path, monkeypatch, "host-a"))
-        second = _build(_host(tmp_path, monkeypatch, "host-b"))
-
-    assert first.compiler_cache is not None and second.compiler_cache is not None
-    assert second.compiler_cache.backend == "s3"
-    assert first.compiler_cache.misses > 0
-    assert second.compiler_cache.hits > 0 and second.compiler_cache.misses == 0
+        _first_then_second_host(tmp_path, monkeypatch, backend="s3")
 
 
 def test_one_compile_slot_is_enough_because_the_server_never_holds_one(

@@ -48,7 +48,9 @@ def test_auto_turns_on_only_when_sccache_is_configured(tmp_path: Path) -> None:
     on = compiler_cache.choose({**env, "SCCACHE_REDIS_ENDPOINT": "redis://cache:6379"})
     assert on.binary == str(binary) and on.backend == "redis" and "SCCACHE_REDIS_ENDPOINT" in on.reason
     assert compiler_cache.choose({**env, "JITGUARD_COMPILER_CACHE": "sccache"}).binary == str(binary)
-    assert compiler_cache.choose({**env, "SCCACHE_DIR": "/c", "JITGUARD_COMPILER_CACHE": "off"}).binary is None
+    assert (
+        compiler_cache.choose({**env, "SCCACHE_DIR": "/c", "JITGUARD_COMPILER_CACHE": "off"}).binary is None
+    )
 
 
 def test_an_sccache_that_does_not_run_is_a_warning(tmp_path: Path) -> None:
