@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import breakage
 import nvcc_project
 from envelope_schemas import assert_valid
 from services import NEEDS_FSSPEC
@@ -28,7 +29,9 @@ def _env(host: Path) -> dict[str, str]:
     return env
 
 
-def _jitguard(host: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _jitguard(
+    host: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -42,7 +45,7 @@ def _jitguard(host: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
             "--json",
             *args,
         ],
-        env=_env(host),
+        env={**_env(host), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -107,3 +110,19 @@ def test_a_publish_that_fails_fails_the_command_but_keeps_the_build(hosts: tuple
     assert proc.returncode == 1
     assert payload["status"] == "built" and payload["shared"][0]["action"] == "failed"
     assert (host_a / "project" / "fleet_probe.so").exists()
+
+
+def test_without_fsspec_the_store_is_one_warning_naming_the_extra_and_a_local_build(
+    hosts: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    _, host_b, store = hosts
+    broken = {
+        "PYTHONPATH": os.pathsep.join(
+            [str(breakage.sitecustomize_dir(tmp_path / "broken")), os.environ.get("PYTHONPATH", "")]
+        ),
+        **breakage.environ(block_modules=["fsspec"]),
+    }
+    proc, payload = _jitguard(host_b, "--share", store, env=broken)
+    assert proc.returncode == 0 and payload["status"] == "built"
+    warnings = [line for line in proc.stderr.splitlines() if "cannot fetch" in line]
+    assert len(warnings) == 1 and "pip install 'jitguard[share]'" in warnings[0]
