@@ -15,6 +15,7 @@ from jitguard.errors import ConfigError
 
 GDN_BACKENDS = ("auto", "flashinfer", "triton", "torch")
 GDN_VARIANTS = ("auto", "all")  # FlashInfer's nvcc GDN module: the instances calls need, or every one
+COMPILER_CACHES = ("auto", "sccache", "off")
 MAX_JOBS = 1024  # parallel compile jobs; also the number of host-wide slots one build may ask for
 MAX_SIZE = 1024**5  # 1 PiB: more memory than any host has, and a bound that 400-digit values cannot overflow
 MAX_DURATION_S = 366 * 86400.0  # one year
@@ -135,6 +136,10 @@ class Settings:
     lock_timeout: float = 3600.0
     failure_ttl: float = 7 * 86400.0
     cache_dir: Path = Path("~/.cache/jitguard")
+    compiler_cache: str = "auto"  # JITGUARD_COMPILER_CACHE (supervise.compiler_cache)
+    share_url: str | None = None  # JITGUARD_SHARE: the artifact store fetched before a build
+    share_publish: bool = False  # JITGUARD_SHARE_PUBLISH: also publish what a guarded build made
+    share_timeout: float = 120.0  # JITGUARD_SHARE_TIMEOUT: bound on one fetch or publish
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -144,12 +149,14 @@ class Settings:
             value = env.get(name)
             return value if value not in (None, "") else None
 
-        disabled_raw = get("JITGUARD_DISABLE")
-        disabled = False
-        if disabled_raw is not None:
-            if disabled_raw.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-                raise ConfigError("JITGUARD_DISABLE", disabled_raw, "1 or 0")
-            disabled = disabled_raw.lower() in ("1", "true", "yes", "on")
+        disabled = _flag(get("JITGUARD_DISABLE"), "JITGUARD_DISABLE")
+        share_publish = _flag(get("JITGUARD_SHARE_PUBLISH"), "JITGUARD_SHARE_PUBLISH")
+        compiler_cache = (get("JITGUARD_COMPILER_CACHE") or "auto").strip().lower()
+        if compiler_cache not in COMPILER_CACHES:
+            raise ConfigError(
+                "JITGUARD_COMPILER_CACHE", compiler_cache, "one of " + ", ".join(COMPILER_CACHES)
+            )
+        share_url = (get("JITGUARD_SHARE") or "").strip() or None
 
         backend = (get("JITGUARD_GDN_BACKEND") or "auto").lower()
         if backend not in GDN_BACKENDS:
@@ -167,6 +174,7 @@ class Settings:
             ("STALL_TIMEOUT", 600.0),
             ("LOCK_TIMEOUT", 3600.0),
             ("FAILURE_TTL", 7 * 86400.0),
+            ("SHARE_TIMEOUT", 120.0),
         ):
             raw = get(f"JITGUARD_{key}")
             value = parse_duration(raw, name=f"JITGUARD_{key}") if raw is not None else default
@@ -188,5 +196,16 @@ class Settings:
             memory_budget=budget,
             job_memory=job_memory,
             cache_dir=default_cache_dir(env),
+            compiler_cache=compiler_cache,
+            share_url=share_url,
+            share_publish=share_publish,
             **timeouts,
         )
+
+
+def _flag(raw: str | None, name: str) -> bool:
+    if raw is None:
+        return False
+    if raw.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(name, raw, "1 or 0")
+    return raw.lower() in ("1", "true", "yes", "on")

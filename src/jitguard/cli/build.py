@@ -1,10 +1,13 @@
 """`jitguard build TARGET`: supervised builds. This module owns the `build` parser and its `ninja` target.
 
     jitguard build ninja PATH [--jobs auto|N] [--memory-budget 32G|75%] [--job-memory 6G]
-                              [--timeout 1h] [--stall-timeout 10m] [--log FILE] [--module NAME] [--json]
+                              [--timeout 1h] [--stall-timeout 10m] [--log FILE] [--module NAME]
+                              [--share URL] [--publish URL] [--artifact FILE]... [--json]
 
 runs any ninja project through jitguard's runner: parallelism from the memory budget, host-wide compile slots,
-live progress, timeout and stall watchdog, OOM retry at fewer jobs, the full log kept. Other targets live in
+live progress, timeout and stall watchdog, OOM retry at fewer jobs, the full log kept; with an artifact
+store, fetched instead of built when another host published it (``--share``) and published after
+(``--publish``; docs/fleet.md). Other targets live in
 their own modules and register themselves on the ``build`` sub-parsers (``jitguard.cli.build_flashinfer``
 adds ``flashinfer-gdn``).
 """
@@ -90,8 +93,33 @@ def _configure_ninja(targets: Any) -> None:
     parser.add_argument(
         "--progress", default="auto", choices=("auto", "bar", "log", "none"), help="how to show progress"
     )
+    add_share_arguments(parser)
+    parser.add_argument(
+        "--artifact",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a file to fetch and publish, relative to the build directory (repeatable; default: the "
+        "project's final targets)",
+    )
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     parser.set_defaults(execute=execute)
+
+
+def add_share_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--share URL`` and ``--publish URL``: the artifact store (docs/fleet.md)."""
+    parser.add_argument(
+        "--share",
+        default=None,
+        metavar="URL",
+        help="fetch from this artifact store instead of building when it has the build (default: JITGUARD_SHARE)",
+    )
+    parser.add_argument(
+        "--publish",
+        default=None,
+        metavar="URL",
+        help="publish what was built to this artifact store (file://, s3://, gs://)",
+    )
 
 
 def _ninja_file(path: str) -> Path:
@@ -176,22 +204,57 @@ def execute(args: argparse.Namespace) -> int:
     if options.progress in ("auto", "log"):
         _show_progress_and_waits()
     started = time.monotonic()
+    share_url = args.share or options_share_url()
+    shared = _ninja_share(args, ninja_file, module, share_url)
+    outcomes = []
+    status = None
+    if shared is not None:
+        if shared.is_current():
+            status = "up-to-date"
+        elif share_url and not all(p.is_file() for p in shared.paths):
+            outcomes.append(shared.fetch(share_url))
+            status = "fetched" if outcomes[-1].action == "fetched" else None
     try:
-        result = run_ninja(ninja_file.parent, ninja_file, module=module, options=options, log_path=log_path)
+        if status is None:
+            result = run_ninja(
+                ninja_file.parent, ninja_file, module=module, options=options, log_path=log_path
+            )
+            status = "built" if result.attempts else "up-to-date"
+        else:
+            result = _fetched_result(module, log_path, options, outcomes, started)
     except BuildFailed as exc:
         return _report_failure(args, exc, started)
     except KeyboardInterrupt as exc:
         sys.stderr.write(f"jitguard: {exc or 'interrupted'}\n")
         return 130
+    if args.publish and shared is not None:
+        outcomes.append(shared.publish(args.publish, {"command": "jitguard build ninja"}))
+    elif args.publish:
+        from jitguard.supervise.shared_build import ShareOutcome
+
+        outcomes.append(
+            ShareOutcome("publish", "failed", args.publish, "the project's artifacts are unknown")
+        )
+    code = EXIT_OK
+    for outcome in outcomes:
+        if outcome.operation == "publish" and outcome.action != "published":
+            sys.stderr.write(f"jitguard: {module} is built but was not published: {outcome.detail}\n")
+            code = EXIT_FAILURE
     if args.json:
         from jitguard.cli.envelope import dumps
 
-        print(
-            dumps(
-                COMMAND,
-                {"ok": True, "status": "built" if result.attempts else "up-to-date", **result.to_json()},
-            )
-        )
+        payload = {
+            "ok": True,
+            "status": status,
+            **result.to_json(),
+            "shared": [o.to_json() for o in outcomes],
+        }
+        print(dumps(COMMAND, payload))
+        return code
+    for outcome in outcomes:
+        print(f"{module}: artifact store: {outcome.operation} {outcome.action} {outcome.detail}".rstrip())
+    if status == "fetched":
+        print(f"{module}: fetched from the artifact store, nothing compiled (log: {result.log_path})")
     elif result.attempts == 0:
         print(f"{module}: up to date (log: {result.log_path})")
     else:
@@ -202,7 +265,64 @@ def execute(args: argparse.Namespace) -> int:
             f"({result.attempts} attempt{'s' if result.attempts != 1 else ''}), peak memory "
             f"{format_bytes(result.peak_rss_bytes)}; log: {result.log_path}"
         )
-    return EXIT_OK
+        if result.compiler_cache is not None:
+            print(f"{module}: compiler cache: {result.compiler_cache.describe()}")
+    return code
+
+
+def options_share_url() -> str | None:
+    from jitguard.config import Settings
+
+    return Settings.from_env().share_url
+
+
+def _ninja_share(args: argparse.Namespace, ninja_file: Path, module: str, share_url: str | None) -> Any:
+    """The project's key in the artifact stores, when one is named; None (with one warning) when it cannot be
+    computed: the build then runs as without a store."""
+    fetched_before = any(ninja_file.parent.glob("*.jitguard-fetched.json"))
+    if not (share_url or args.publish or fetched_before):
+        return None
+    import shutil
+    import subprocess
+
+    from jitguard.config import Settings
+    from jitguard.facts import collect
+    from jitguard.facts.build_identity import of_facts
+    from jitguard.supervise.shared_build import ninja_share
+
+    settings = Settings.from_env()
+    try:
+        return ninja_share(
+            shutil.which("ninja") or "ninja",
+            ninja_file.parent,
+            ninja_file,
+            module=module,
+            timeout=settings.share_timeout,
+            build_fingerprint=of_facts(collect(cache_dir=settings.cache_dir)),
+            artifacts=args.artifact or (),
+        )
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        sys.stderr.write(f"jitguard: the artifact store is not used for {module}: {exc}\n")
+        return None
+
+
+def _fetched_result(
+    module: str, log_path: Path | None, options: Any, outcomes: list[Any], started: float
+) -> Any:
+    """A BuildResult for a project that ran no compile: fetched, or fetched earlier and unchanged."""
+    from jitguard.config import default_cache_dir
+    from jitguard.supervise.runner import BuildResult, default_log_path
+
+    path = log_path or default_log_path(Path(options.cache_dir or default_cache_dir()), module)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as log:
+        for outcome in outcomes or ():
+            log.write(
+                f"jitguard: artifact store {outcome.to_json()['url']}: {outcome.action} {outcome.detail}\n"
+            )
+        if not outcomes:
+            log.write("jitguard: the artifacts in place were fetched for this very build: nothing to do\n")
+    return BuildResult(module, path, 0, 0, time.monotonic() - started, 0)
 
 
 def _report_failure(args: argparse.Namespace, exc: Any, started: float) -> int:

@@ -100,6 +100,9 @@ def register(build_subparsers: Any) -> None:
         "--workspace", default=None, help="FlashInfer workspace base (FLASHINFER_WORKSPACE_BASE)"
     )
     parser.add_argument("--timeout", default=None, help="overall build time limit: 3600, 90m, 2h")
+    from jitguard.cli.build import add_share_arguments
+
+    add_share_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     parser.set_defaults(execute=execute)
 
@@ -121,7 +124,7 @@ def execute(args: argparse.Namespace) -> int:
             version
         )  # a bad --variant or a version without variants: a usage error, before any work
     try:
-        built, skipped = _build(env, options, selection)
+        built, skipped = _build(env, options, selection, args.publish)
     except _Blocked as blocked:
         return _report_failure(args, blocked.module, blocked.findings, None, blocked.detail, started)
     except ImportError as exc:
@@ -165,6 +168,8 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
         if workspace.exists() and not workspace.is_dir():
             raise UsageError(f"--workspace {args.workspace}: not a directory")
         env["FLASHINFER_WORKSPACE_BASE"] = str(workspace)
+    if args.share:
+        env["JITGUARD_SHARE"] = args.share
     return env
 
 
@@ -188,7 +193,7 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
 
 
 def _build(
-    env: dict[str, str], options: BuildOptions, selection: Selection
+    env: dict[str, str], options: BuildOptions, selection: Selection, publish: str | None = None
 ) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
     from jitguard.config import Settings
@@ -229,8 +234,9 @@ def _build(
 
     settings = Settings.from_env(env)
     failures = FailureCache(settings.cache_dir, ttl=ttl_from_env(env))
-    if not _library_exists(fi.jit_dir, module):
-        # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import.
+    if not _library_exists(fi.jit_dir, module) and not settings.share_url:
+        # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import
+        # (with a store the module may still be fetched: build_spec checks after trying that).
         check_before_build(module, facts, failures)
 
     os.environ.update(
@@ -241,7 +247,7 @@ def _build(
 
         return build_variant_module(plan, load=False, options=options, env=env), None
     spec = _gdn_spec(module)
-    return build_spec(spec, load=None, options=options, env=env), None
+    return build_spec(spec, load=None, options=options, env=env, publish=publish), None
 
 
 def _library_exists(jit_dir: Path | None, module: str) -> bool:
@@ -288,17 +294,20 @@ def _report_success(
                     "build": result.to_json() if result else None,
                     "waited_s": round(built.waited_s, 3),
                     "findings": [f.to_json() for f in built.notes],
+                    "shared": [o.to_json() for o in built.shared],
                 }
             )
             if plan is not None:
                 payload["plan"] = plan.to_json()
         print(dumps(COMMAND, payload))
-        return EXIT_OK
+        return _publish_status(built) if built else EXIT_OK
     from jitguard.cli.report import console, render_findings
 
     out = console()
     if built is None:
         out.print(f"Nothing to build: {skipped}.")
+        if args.publish:
+            sys.stderr.write("jitguard: nothing was published: no module was built here\n")
         return EXIT_OK
     if built.notes:
         render_findings(out, built.notes)
@@ -307,7 +316,16 @@ def _report_success(
             f"{built.module} holds only {', '.join(v.suffix for v in plan.variants)} ({plan.tu_count} of "
             f"FlashInfer's {plan.family.full_tu_count} files); a serving process uses it for those calls."
         )
-    if built.status == "up-to-date":
+    for outcome in built.shared:
+        if outcome.action == "failed":
+            out.print(f"[yellow]artifact store[/]: {outcome.detail}")
+    if built.status == "fetched":
+        fetched = next(o for o in built.shared if o.action == "fetched")
+        out.print(
+            f"Fetched {built.module} from {fetched.to_json()['url']} ({fetched.bytes} bytes in "
+            f"{fetched.seconds:.1f} s, sha256 verified; {fetched.detail}): {built.so_path}"
+        )
+    elif built.status == "up-to-date":
         out.print(f"{built.module} is up to date: {built.so_path}")
     else:
         result = built.result
@@ -317,6 +335,20 @@ def _report_success(
             f"Built {built.module} in {result.wall_s:.0f} s with {result.jobs} jobs "
             f"({result.attempts} attempt(s), peak memory {peak}): {built.so_path}\nFull log: {built.log_path}"
         )
+        if result.compiler_cache is not None:
+            out.print(f"Compiler cache: {result.compiler_cache.describe()}")
+    for outcome in built.shared:
+        if outcome.action == "published":
+            out.print(f"Published {built.module} to {outcome.to_json()['url']} ({outcome.bytes} bytes)")
+    return _publish_status(built)
+
+
+def _publish_status(built: BuiltModule) -> int:
+    """A publish that was asked for and failed fails the command (the module itself is built and kept)."""
+    failed = [o for o in built.shared if o.operation == "publish" and o.action != "published"]
+    if failed:
+        sys.stderr.write(f"jitguard: {built.module} is built but was not published: {failed[0].detail}\n")
+        return EXIT_FAILURE
     return EXIT_OK
 
 

@@ -50,14 +50,17 @@ class Attempt:
     )  # other builds' processes that hold the slots it waits for
 
 
-def build_env(b: _Build, jobs: int) -> dict[str, str]:
-    """ninja's environment: the launcher's slots and grace period, and who this build is (for ``slots``)."""
+def build_env(b: _Build, jobs: int, attempt_no: int = 1) -> dict[str, str]:
+    """ninja's environment: the launcher's slots and grace period, who this build is (for ``slots``), and
+    the attempt's sccache server when the build uses the compiler cache."""
     env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
     env[launcher.SLOTS_DIR_ENV] = str(b.slots_dir)
     env[launcher.SLOT_COUNT_ENV] = str(jobs)
     env[launcher.GRACE_ENV] = f"{b.options.kill_grace:g}"
     env[slots.OWNER_ENV] = f"{os.getpid()}:{start_time(os.getpid())}"
     env[slots.MODULE_ENV] = b.module
+    if b.compiler_cache is not None:
+        env.update(b.compiler_cache.attempt_env(attempt_no))
     return env
 
 
@@ -106,7 +109,7 @@ def run_attempt(
     attempt = Attempt(jobs=jobs)
     progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no)
     tree = process_tree.ProcessTree.start(
-        argv, env=build_env(b, jobs), keep_fds=b.keep_fds, grace=b.options.kill_grace
+        argv, env=build_env(b, jobs, attempt_no), keep_fds=b.keep_fds, grace=b.options.kill_grace
     )
     assert tree.popen.stdout is not None
     lines: queue.Queue[str | None] = queue.Queue()

@@ -13,12 +13,18 @@ In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock f
    (and the caller's own ``verify``: a partial GDN module's symbol check, ``gdn_variants.verify_library``);
 6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
 
+With an artifact store (``JITGUARD_SHARE``, ``supervise.shared_build``), a cold build first tries to fetch
+the module (before the failure cache and pre-flight: a host that cannot build may still fetch), and a library
+fetched for this very variant counts as up to date; after a build, the module is published when asked
+(``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
+
 ``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
 flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -36,6 +42,7 @@ from jitguard.supervise.module_lock import ModuleLock
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.supervise.runner import BuildOptions, BuildResult
+    from jitguard.supervise.shared_build import Share, ShareOutcome
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
@@ -65,13 +72,14 @@ class BuiltModule:
 
     module: str
     so_path: Path
-    status: Literal["built", "up-to-date"]
+    status: Literal["built", "up-to-date", "fetched"]
     log_path: Path | None
     result: BuildResult | None
     notes: tuple[Finding, ...]  # non-blocking findings (warnings, info) worth showing
     waited_s: float
     took_over_from_pid: int | None = None
     loaded: Any = field(default=None, compare=False, repr=False)
+    shared: tuple[ShareOutcome, ...] = ()  # what the artifact store did (fetch, publish)
 
 
 def build_spec(
@@ -81,6 +89,7 @@ def build_spec(
     options: BuildOptions | None = None,
     env: Mapping[str, str] | None = None,
     verify: Callable[[Path], None] | None = None,
+    publish: str | None = None,
 ) -> BuiltModule:
     """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
     ``verify(so_path)`` runs after the checks and before the load (a partial GDN module's symbol check); what
@@ -109,7 +118,9 @@ def build_spec(
         result: BuildResult | None = None
         key = _Key(module, facts.fingerprint, digest)
         before = _mtime(so_path)
-        if before is None or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path)):
+        shared: list[ShareOutcome] = []
+        fetched = _fetched_here(spec, so_path, settings, facts, shared, cold=before is None)
+        if not fetched and (before is None or ninja_has_work(Path(spec.build_dir), Path(spec.ninja_path))):
             if before is None:
                 # A cold build is where a doomed environment costs the most (all TUs compile, then the link
                 # fails). An existing library is never blocked by pre-flight: it may have been built elsewhere
@@ -117,14 +128,18 @@ def build_spec(
                 notes += check_before_build(module, facts, failures, source_digest=digest)
             lock.set_log_path(log_path)
             result = _run_build(spec, key, failures, options, settings, log_path)
-        status: Literal["built", "up-to-date"] = "up-to-date" if before == _mtime(so_path) else "built"
+        status: Literal["built", "up-to-date", "fetched"] = (
+            "up-to-date" if before == _mtime(so_path) else "built"
+        )
+        if fetched and before is None:
+            status = "fetched"
         notes += _check_library(key, so_path, facts, failures, log_path if result else None)
         if verify is not None:
             verify(so_path)
         loaded = _load(key, so_path, failures, load) if load is not None else None
         if status == "built" or failures.get(module, facts.fingerprint) is not None:
             failures.record_success(module, facts.fingerprint, source_digest=digest)
-        return BuiltModule(
+        built = BuiltModule(
             module=module,
             so_path=so_path,
             status=status,
@@ -134,7 +149,58 @@ def build_spec(
             waited_s=lock.waited,
             took_over_from_pid=lock.took_over_from.pid if lock.took_over_from else None,
             loaded=loaded,
+            shared=tuple(shared),
         )
+    # After the lock: the other ranks need not wait for an upload.
+    target = publish or (settings.share_url if settings.share_publish and built.status == "built" else None)
+    if target:
+        built = dataclasses.replace(
+            built, shared=(*built.shared, _publish(spec, target, settings, facts, so_path))
+        )
+    return built
+
+
+def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:
+    """Publish the built library; never raises (the build itself stands whatever the store does)."""
+    from jitguard.supervise.shared_build import ShareOutcome
+
+    try:
+        return _share(spec, url, settings, facts).publish({so_path.name: so_path})
+    except Exception as exc:
+        return ShareOutcome("publish", "failed", url, f"{type(exc).__name__}: {exc}")
+
+
+def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
+    from jitguard.facts.build_identity import of_facts
+    from jitguard.state.artifact_store import ArtifactKey
+    from jitguard.supervise.shared_build import Share, spec_variant
+
+    key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
+    return Share(url, key, settings.share_timeout)
+
+
+def _fetched_here(
+    spec: Any, so_path: Path, settings: Settings, facts: Facts, shared: list[ShareOutcome], *, cold: bool
+) -> bool:
+    """True when the library in place came from the store for this variant: fetched now (a cold build with a
+    store configured) or earlier (its marker still matches). Never raises: a fault means a local build."""
+    from jitguard.supervise import shared_build
+
+    try:
+        if not cold:
+            if not shared_build.has_marker(so_path):
+                return False
+            return shared_build.is_fetched([so_path], shared_build.spec_variant(spec))
+        if not settings.share_url:
+            return False
+        outcome = _share(spec, settings.share_url, settings, facts).fetch(so_path.parent)
+    except Exception as exc:  # the store is a help, never a reason to fail
+        import logging
+
+        logging.getLogger("jitguard.share").warning("jitguard: the artifact store was not used: %s", exc)
+        return False
+    shared.append(outcome)
+    return outcome.action == "fetched" and so_path.exists()
 
 
 def check_before_build(

@@ -217,6 +217,20 @@ def _reap() -> None:
             pass
 
 
+def _wait_for_children(timeout: float) -> None:
+    """Reap the children still on their way out, for at most ``timeout`` s. A multi-threaded process (the
+    sccache server) that was killed shows as a zombie before its threads are gone and cannot be reaped until
+    they are: a keeper that exits then leaves it to init, and its CPU time (its compilers') is lost."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no child left
+        if pid == 0:
+            time.sleep(0.02)
+
+
 def _exit_code(raw: int) -> int:
     return 128 + os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
@@ -274,6 +288,7 @@ def main(argv: list[str]) -> int:
         for sig in _STOP_SIGNALS:  # a second signal must not interrupt the stopping
             signal.signal(sig, signal.SIG_IGN)
         terminate(members, grace=grace, cgroup=cgroup, reap=_reap)
+    _wait_for_children(2.0)
     if cgroup is not None:
         cgroup.remove()
     return code

@@ -20,7 +20,14 @@ process group of its own; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to that wh
 still there after ``JITGUARD_KILL_GRACE`` seconds (default 3), it gets SIGKILL: a compiler that ignores
 SIGTERM still ends.
 
-Runs once per compile command: stdlib only, no jitguard imports beyond ``slots`` and ``keeper``.
+When the build uses the compiler cache (``supervise.compiler_cache``: the runner puts the attempt's sccache
+directory in the environment), a compile runs as ``sccache <compiler> ...``: the attempt's sccache server is
+started first (before the slot, so it never inherits one), the slot is held while the sccache client waits
+and is not handed to it, and the server's counters are kept after the compile. A server that cannot start
+means the plain command, as without the cache.
+
+Runs once per compile command: stdlib only, no jitguard imports beyond ``slots``, ``keeper`` and
+``compiler_cache``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jitguard.supervise import slots
+from jitguard.supervise import compiler_cache, slots
 from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
 
 # The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.
@@ -95,6 +102,18 @@ def _command_setup() -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _compiler_cache(command: list[str]) -> compiler_cache.Wrapper | None:
+    """The sccache wrapper of this compile when the attempt uses one and its server runs; a cache that cannot
+    be used means the plain command (the runner reports why, once per build)."""
+    try:
+        cached = compiler_cache.wrapper_for(command, os.environ)
+        if cached is not None and compiler_cache.ensure_server(cached) is None:
+            return cached
+    except Exception:
+        pass
+    return None
+
+
 def run(argv: Sequence[str]) -> int:
     """Hold a slot, run the command, return the exit status to exit with."""
     try:
@@ -107,14 +126,20 @@ def run(argv: Sequence[str]) -> int:
     if os.getppid() != parent:  # ninja died before the kernel could be asked to tell us
         return 128 + signal.SIGTERM
 
+    cached = _compiler_cache(command)
     # A signal while waiting for a slot ends the launcher the default way (nothing runs yet).
     slot = slots.acquire(directory, count, on_reclaim=_say_reclaimed) if directory is not None else None
     env = dict(os.environ)
     if slot is not None:
         env["JITGUARD_SLOT"] = str(slot.index)
+    # Behind sccache the launcher alone holds the slot: a server that a client starts must not inherit it.
+    inherited = (slot.fd,) if slot is not None and cached is None else ()
     try:
         child = subprocess.Popen(
-            command, env=env, pass_fds=(slot.fd,) if slot else (), preexec_fn=_command_setup
+            [cached.binary, *command] if cached else command,
+            env=env,
+            pass_fds=inherited,
+            preexec_fn=_command_setup,
         )
     except OSError as exc:
         sys.stderr.write(f"jitguard-launch: cannot run {command[0]}: {exc.strerror or exc}\n")
@@ -143,6 +168,9 @@ def run(argv: Sequence[str]) -> int:
         kill_group()
     if slot is not None:
         slot.release()
+    if cached is not None and not stopping:
+        with contextlib.suppress(Exception):  # stats are a report, never a reason to fail a compile
+            compiler_cache.snapshot_stats(cached)
     if status >= 0 and not stopping:
         return status
     signum = stopping[0] if stopping else -status

