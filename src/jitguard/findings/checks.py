@@ -29,6 +29,14 @@ def preflight(facts: Facts, backend: str) -> list[Finding]:
     return sort_findings(_dedupe(found))
 
 
+def jit_preflight(facts: Facts) -> list[Finding]:
+    """Every finding about building and loading FlashInfer's nvcc JIT modules other than GDN prefill (the
+    ones an engine picks on its own: sampling, MoE, attention), most severe first. The package findings are
+    FlashInfer's; the toolchain ones apply in every FlashInfer era (``checks_toolchain.jit_build``)."""
+    found = checks_packages.check(facts, "flashinfer") + checks_toolchain.jit_build(facts)
+    return sort_findings(_dedupe(found))
+
+
 def blocking(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.blocking]
 

@@ -1,0 +1,245 @@
+"""The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each.
+
+One table (``CHOICES``): GDN prefill, the top-k/top-p sampler, attention (and its FP8 KV cache), fused MoE,
+and FlashInfer's other kernels. Each JIT-compiles FlashInfer modules on first use; a compile or link failure
+there kills engine start-up (vLLM issue #50705). For each, the same question with the same facts and the
+same failure cache: can its modules be built (or are they prebuilt) and loaded here?
+
+- usable: the engine's choice stands;
+- not usable, and the engine picked it on its own: its own non-FlashInfer path, with one warning;
+- not usable, and the user named it: a clear stop at start-up (``ChoiceUnavailable``).
+
+Unknown is not "doomed" (docs/failsafe.md): a fact that could not be collected is a warning that blocks
+nothing; only positive evidence (a failed trial link, a missing tool, a recorded failure) changes what the
+engine does. Everything here is pure: findings in, a verdict out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jitguard.decision.gdn import UNVERIFIED
+from jitguard.errors import BackendUnavailable
+from jitguard.findings.model import Finding, sort_findings
+
+CACHED_FAILURE = "flashinfer-cached-failure"
+# Findings that doom building a FlashInfer nvcc JIT module here (compile or link).
+BUILD_DOOM = frozenset(
+    {
+        "nvcc-missing",
+        "ninja-missing",
+        "cxx-missing",
+        "cuda-headers-missing",
+        "link-missing-libcuda",
+        "link-missing-libcudart",
+        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
+    }
+)
+# Findings that doom using any FlashInfer module, built or prebuilt.
+LOAD_DOOM = frozenset({"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE})
+
+Action = Literal["keep", "fallback", "refuse"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One place where an engine may pick a FlashInfer JIT path.
+
+    ``modules``: FlashInfer module-name prefixes its first use builds (a module is named after its variant);
+    ``needs``: the prefixes that must all be prebuilt for nothing to compile (default: all of ``modules``).
+    ``gdn``: GDN prefill's verdict is the GDN op's own (``jitguard.gdn``: every blocking finding counts)."""
+
+    key: str
+    title: str
+    modules: tuple[str, ...]
+    default: str  # when the engine picks it on its own
+    named_by: str  # how a user asks for it by name
+    fallback: str  # the engine's own path without it
+    needs: tuple[str, ...] = ()
+    gdn: bool = False
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.needs or self.modules
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "modules": list(self.modules),
+            "default": self.default,
+            "named_by": self.named_by,
+            "fallback": self.fallback,
+        }
+
+
+_ATTENTION_MODULES = (
+    "batch_prefill",
+    "batch_decode",
+    "single_prefill",
+    "single_decode",
+    "batch_attention",
+    "pod",
+    "cascade",
+    "page",
+    "trtllm_fmha",
+    "fmha_cutlass",
+    "xqa",
+)
+
+GDN_PREFILL = Choice(
+    "gdn-prefill",
+    "FlashInfer GDN prefill",
+    ("gdn_prefill",),
+    default="Qwen3.5 / Qwen3-Next on Hopper (SM90), --gdn-prefill-backend auto",
+    named_by="--gdn-prefill-backend flashinfer",
+    fallback="Triton/FLA (same results, slower prefill)",
+    gdn=True,
+)
+SAMPLER = Choice(
+    "sampler",
+    "FlashInfer top-k/top-p sampler",
+    ("sampling",),
+    default="every CUDA GPU FlashInfer supports (vLLM 0.20 and later: VLLM_USE_FLASHINFER_SAMPLER defaults on)",
+    named_by="VLLM_USE_FLASHINFER_SAMPLER=1",
+    fallback="the PyTorch-native sampler (same distribution)",
+)
+ATTENTION = Choice(
+    "attention",
+    "FlashInfer attention",
+    _ATTENTION_MODULES,
+    default="Blackwell (SM100) first in vLLM's priority list; elsewhere when FlashAttention cannot serve",
+    named_by="--attention-backend FLASHINFER (or VLLM_ATTENTION_BACKEND=FLASHINFER)",
+    fallback="the next valid backend in vLLM's priority list (FlashAttention, Triton, FlexAttention)",
+    needs=("batch_prefill", "batch_decode"),
+)
+KV_CACHE = Choice(
+    "kv-cache",
+    "FlashInfer attention with an FP8 KV cache",
+    _ATTENTION_MODULES,
+    default="--kv-cache-dtype fp8* where FlashInfer is the attention backend vLLM picks",
+    named_by="--attention-backend FLASHINFER with --kv-cache-dtype fp8",
+    fallback="the next valid backend for the FP8 KV cache in vLLM's priority list",
+    needs=("batch_prefill", "batch_decode"),
+)
+MOE = Choice(
+    "moe",
+    "FlashInfer fused MoE (CUTLASS / TRT-LLM)",
+    ("fused_moe", "moe_utils"),
+    default="quantized (FP8/FP4) MoE on Blackwell; unquantized MoE off Hopper (vLLM 0.27+)",
+    named_by="--moe-backend flashinfer_* (or VLLM_USE_FLASHINFER_MOE_*=1)",
+    fallback="vLLM's Triton fused MoE",
+    needs=("fused_moe",),
+)
+KERNELS = Choice(
+    "flashinfer-ops",
+    "FlashInfer's other JIT kernels",
+    ("comm", "trtllm_comm", "trtllm_mnnvl", "gemm", "fp8", "fp4", "norm", "rope", "activation", "quantization"),
+    default="all-reduce fusion (TP > 1 on Hopper/Blackwell), FP8/FP4 GEMMs, FlashInfer autotuning",
+    named_by="(not named on its own: vLLM asks has_flashinfer())",
+    fallback="vLLM's own kernels, as on a host without FlashInfer's JIT",
+)
+CHOICES: tuple[Choice, ...] = (GDN_PREFILL, SAMPLER, ATTENTION, KV_CACHE, MOE, KERNELS)
+BY_KEY = {c.key: c for c in CHOICES}
+
+
+@dataclass(frozen=True)
+class ChoiceStatus:
+    """Can ``choice``'s FlashInfer modules be built (or are they prebuilt) and loaded here? ``findings`` are
+    the ones about it, most severe first; ``prebuilt`` the modules found built."""
+
+    choice: Choice
+    usable: bool
+    findings: tuple[Finding, ...] = ()
+    prebuilt: tuple[str, ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return not any(f.code == UNVERIFIED for f in self.findings)
+
+    @property
+    def blocking(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.blocking)
+
+    @property
+    def primary(self) -> Finding | None:
+        """The finding a one-line message names: a classified cause before a generic one."""
+        blocking = self.blocking
+        if blocking:
+            return next((f for f in blocking if f.code != CACHED_FAILURE), None) or blocking[0]
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "usable": self.usable,
+            "verified": self.verified,
+            "prebuilt": list(self.prebuilt),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def assess(
+    choice: Choice,
+    preflight: Sequence[Finding],
+    known: Sequence[Finding] = (),
+    prebuilt: Sequence[str] = (),
+    *,
+    jit_cache: bool = False,
+) -> ChoiceStatus:
+    """The status of ``choice`` from the pre-flight findings (``findings.checks.jit_preflight``; for GDN
+    prefill the GDN op's own status), the findings about its modules themselves (``known``: recorded
+    failures, the load check of a prebuilt module) and the names of its prebuilt modules. ``jit_cache``: a
+    matching flashinfer-jit-cache is installed, so every module is prebuilt."""
+    if choice.gdn:
+        kept = list(preflight)
+    else:
+        built = jit_cache or all(any(m.startswith(p) for m in prebuilt) for p in choice.required)
+        doomed = LOAD_DOOM if built else BUILD_DOOM | LOAD_DOOM
+        kept = [f for f in preflight if f.code in doomed or f.code == UNVERIFIED]
+    findings = tuple(sort_findings([*kept, *known]))
+    return ChoiceStatus(choice, not any(f.blocking for f in findings), findings, tuple(prebuilt))
+
+
+@dataclass(frozen=True)
+class ChoiceVerdict:
+    """What the engine should do with its choice of ``status.choice``."""
+
+    status: ChoiceStatus
+    named: bool
+    action: Action
+
+    @property
+    def choice(self) -> Choice:
+        return self.status.choice
+
+
+def verdict(status: ChoiceStatus, *, named: bool) -> ChoiceVerdict:
+    """The engine chose FlashInfer for ``status.choice`` (``named``: because the user asked for it)."""
+    if status.usable:
+        return ChoiceVerdict(status, named, "keep")
+    return ChoiceVerdict(status, named, "refuse" if named else "fallback")
+
+
+class ChoiceUnavailable(BackendUnavailable):
+    """A FlashInfer path the user named cannot work here: the engine stops at start-up, saying why and what
+    to type instead of building for minutes and failing."""
+
+    def __init__(self, status: ChoiceStatus, named_by: str, instead: str) -> None:
+        self.status = status
+        self.named_by = named_by
+        self.instead = instead
+        super().__init__(status.choice.title, "flashinfer", status.blocking or status.findings, None)
+
+    def _message(self) -> str:
+        choice = self.status.choice
+        lines = [
+            f"jitguard: {choice.title} was requested ({self.named_by}) but cannot work here, so the engine "
+            "stops now instead of building it and failing later."
+        ]
+        for f in self.findings:
+            lines += f.render_lines()
+        lines.append(f"  Or {self.instead}: jitguard then lets the engine use {choice.fallback} here.")
+        lines.append("  Details: `jitguard doctor --engine vllm`. To run without jitguard: JITGUARD_DISABLE=1.")
+        return "\n".join(lines)
