@@ -38,14 +38,17 @@ class VllmRelease:
     version: str
     pythonpath: str
 
-    def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-        """Run scenario.py in this release's environment; (its RESULT, everything it printed)."""
+    def run(
+        self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``script`` (default scenario.py) in this release's environment; (its RESULT, everything it
+        printed)."""
         full = dict(env)
         full["PYTHONPATH"] = self.pythonpath
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(
-            [sys.executable, str(SCENARIO), json.dumps(spec)],
+            [sys.executable, str(script), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,

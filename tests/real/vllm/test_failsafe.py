@@ -45,7 +45,9 @@ def test_without_pyelftools_a_workable_flashinfer_is_kept_but_not_called_passed(
 def test_a_broken_probe_leaves_vllms_choice_with_at_most_one_warning(
     release: Any, situations: Any, mode: str
 ) -> None:
-    spec = {"requests": ["auto", "flashinfer"], "layers": 2, "inject": ["gpu", mode]}
+    spec: dict[str, Any] = {"requests": ["auto", "flashinfer"], "layers": 2, "inject": ["gpu", mode]}
+    if mode == "raise":  # the H200 host's CUDA torch; a hanging probe must run the plugin's own collection
+        spec["torch_build"] = CUDA_TORCH
     env = situations.hopper(libcuda=True)
     env["JITGUARD_PREFLIGHT_TIMEOUT"] = "3s"
     result, output = release.run(spec, env)
