@@ -55,7 +55,7 @@ class Choice:
     title: str
     modules: tuple[str, ...]
     default: str  # when the engine picks it on its own
-    named_by: str  # how a user asks for it by name
+    named_by: str | None  # how a user asks for it by name; None: it cannot be named on its own
     fallback: str  # the engine's own path without it
     needs: tuple[str, ...] = ()
     gdn: bool = False
@@ -66,7 +66,7 @@ class Choice:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "key": self.key,
+            "choice": self.key,  # not "key": the JSON envelope redacts any field named like a secret
             "title": self.title,
             "modules": list(self.modules),
             "default": self.default,
@@ -112,7 +112,7 @@ ATTENTION = Choice(
     _ATTENTION_MODULES,
     default="Blackwell (SM100) first in vLLM's priority list; elsewhere when FlashAttention cannot serve",
     named_by="--attention-backend FLASHINFER (or VLLM_ATTENTION_BACKEND=FLASHINFER)",
-    fallback="the next valid backend in vLLM's priority list (FlashAttention, Triton, FlexAttention)",
+    fallback="the next valid backend in its priority list (FlashAttention, Triton, FlexAttention)",
     needs=("batch_prefill", "batch_decode"),
 )
 KV_CACHE = Choice(
@@ -121,16 +121,19 @@ KV_CACHE = Choice(
     _ATTENTION_MODULES,
     default="--kv-cache-dtype fp8* where FlashInfer is the attention backend vLLM picks",
     named_by="--attention-backend FLASHINFER with --kv-cache-dtype fp8",
-    fallback="the next valid backend for the FP8 KV cache in vLLM's priority list",
+    fallback="the next valid backend for the FP8 KV cache in its priority list",
     needs=("batch_prefill", "batch_decode"),
 )
 MOE = Choice(
     "moe",
     "FlashInfer fused MoE (CUTLASS / TRT-LLM)",
     ("fused_moe", "moe_utils"),
-    default="quantized (FP8/FP4) MoE on Blackwell; unquantized MoE off Hopper (vLLM 0.27+)",
+    default=(
+        "unquantized MoE on every CUDA GPU in vLLM 0.21 (Hopper included), off Hopper from 0.24; "
+        "quantized (FP8/FP4) MoE on Blackwell"
+    ),
     named_by="--moe-backend flashinfer_* (or VLLM_USE_FLASHINFER_MOE_*=1)",
-    fallback="vLLM's Triton fused MoE",
+    fallback="its Triton fused MoE",
     needs=("fused_moe",),
 )
 KERNELS = Choice(
@@ -138,8 +141,8 @@ KERNELS = Choice(
     "FlashInfer's other JIT kernels",
     ("comm", "trtllm_comm", "trtllm_mnnvl", "gemm", "fp8", "fp4", "norm", "rope", "activation", "quantization"),
     default="all-reduce fusion (TP > 1 on Hopper/Blackwell), FP8/FP4 GEMMs, FlashInfer autotuning",
-    named_by="(not named on its own: vLLM asks has_flashinfer())",
-    fallback="vLLM's own kernels, as on a host without FlashInfer's JIT",
+    named_by=None,  # vLLM only asks has_flashinfer()
+    fallback="its own kernels, as on a host without FlashInfer's JIT",
 )
 CHOICES: tuple[Choice, ...] = (GDN_PREFILL, SAMPLER, ATTENTION, KV_CACHE, MOE, KERNELS)
 BY_KEY = {c.key: c for c in CHOICES}
@@ -226,10 +229,11 @@ class ChoiceUnavailable(BackendUnavailable):
     """A FlashInfer path the user named cannot work here: the engine stops at start-up, saying why and what
     to type instead of building for minutes and failing."""
 
-    def __init__(self, status: ChoiceStatus, named_by: str, instead: str) -> None:
+    def __init__(self, status: ChoiceStatus, named_by: str, instead: str, engine: str = "vllm") -> None:
         self.status = status
         self.named_by = named_by
         self.instead = instead
+        self.engine = engine
         super().__init__(status.choice.title, "flashinfer", status.blocking or status.findings, None)
 
     def _message(self) -> str:
@@ -241,5 +245,5 @@ class ChoiceUnavailable(BackendUnavailable):
         for f in self.findings:
             lines += f.render_lines()
         lines.append(f"  Or {self.instead}: jitguard then lets the engine use {choice.fallback} here.")
-        lines.append("  Details: `jitguard doctor --engine vllm`. To run without jitguard: JITGUARD_DISABLE=1.")
+        lines.append(f"  Details: `jitguard doctor --engine {self.engine}`. To run without jitguard: JITGUARD_DISABLE=1.")
         return "\n".join(lines)

@@ -186,7 +186,9 @@ class ChoiceGuard:
                 report_fault(f"the check of {choice.title}", f"{self.engine}'s choice stands", exc)
                 return True
             if judged.action == "refuse":
-                raise ChoiceUnavailable(judged.status, named or choice.named_by, instead or "drop it")
+                raise ChoiceUnavailable(
+                    judged.status, named or choice.named_by or "", instead or "drop it", self.engine.lower()
+                )
             self._announce(judged.status, judged.action)
             return judged.action == "keep"
 
@@ -201,13 +203,15 @@ class ChoiceGuard:
             what = f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out"
             fix = f"{f.fix_suffix()}." if f and f.fixes else ""
             log.warning(
-                "jitguard: %s chose %s, but it cannot work here: %s.%s Using %s instead. Details: "
-                "`jitguard doctor --engine vllm`; to keep %s's choice: JITGUARD_DISABLE=1.",
+                "jitguard: %s chose %s, but it cannot work here: %s.%s %s uses %s instead. Details: "
+                "`jitguard doctor --engine %s`; to keep %s's choice: JITGUARD_DISABLE=1.",
                 self.engine,
                 choice.title,
                 what,
                 fix,
+                self.engine,
                 choice.fallback,
+                self.engine.lower(),
                 self.engine,
             )
             return

@@ -42,6 +42,11 @@ def named() -> str | None:
     """``--attention-backend FLASHINFER`` (``attention_config.backend``) or ``VLLM_ATTENTION_BACKEND``."""
     if enum_name(config_value("attention_config", "backend")) == NAME:
         return f"--attention-backend {NAME}"
+    return env_named()
+
+
+def env_named() -> str | None:
+    """``VLLM_ATTENTION_BACKEND=FLASHINFER`` (older releases' way; no vLLM import needed to read it)."""
     if os.environ.get("VLLM_ATTENTION_BACKEND", "").strip().upper() == NAME:
         return f"VLLM_ATTENTION_BACKEND={NAME}"
     return None

@@ -48,9 +48,11 @@ def moe_backend_named() -> str | None:
 
 def moe_named() -> str | None:
     """``--moe-backend flashinfer_*``, or a ``VLLM_USE_FLASHINFER_MOE_*=1`` (FP16/FP8/FP4/... paths)."""
-    named = moe_backend_named()
-    if named:
-        return named
+    return moe_backend_named() or moe_env_named()
+
+
+def moe_env_named() -> str | None:
+    """A ``VLLM_USE_FLASHINFER_MOE_*`` variable set to anything but 0 (no vLLM import needed to read it)."""
     for name, value in sorted(os.environ.items()):
         if name.startswith(_MOE_VARIABLES) and value.strip() not in ("", "0"):
             return f"{name}={value.strip()}"
