@@ -102,7 +102,10 @@ SAMPLER = Choice(
     "sampler",
     "FlashInfer top-k/top-p sampler",
     ("sampling",),
-    default="every CUDA GPU FlashInfer supports (vLLM 0.20 and later: VLLM_USE_FLASHINFER_SAMPLER defaults on)",
+    default=(
+        "every CUDA GPU FlashInfer supports, from vLLM 0.21 (VLLM_USE_FLASHINFER_SAMPLER defaults on; "
+        "0.17-0.20 only when it is set to 1)"
+    ),
     named_by="VLLM_USE_FLASHINFER_SAMPLER=1",
     fallback="the PyTorch-native sampler (same distribution)",
 )
@@ -129,8 +132,8 @@ MOE = Choice(
     "FlashInfer fused MoE (CUTLASS / TRT-LLM)",
     ("fused_moe", "moe_utils"),
     default=(
-        "unquantized MoE on every CUDA GPU in vLLM 0.21 (Hopper included), off Hopper from 0.24; "
-        "quantized (FP8/FP4) MoE on Blackwell"
+        "unquantized MoE on every CUDA GPU in vLLM 0.20-0.22, Hopper included (0.17-0.19: only with "
+        "VLLM_USE_FLASHINFER_MOE_FP16=1; 0.23+: not on Hopper); quantized (FP8/FP4) MoE on Blackwell"
     ),
     named_by="--moe-backend flashinfer_* (or VLLM_USE_FLASHINFER_MOE_*=1)",
     fallback="its Triton fused MoE",

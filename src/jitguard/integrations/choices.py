@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitguard.engine")
 
 FactsProvider = Callable[[], "Facts"]
+StatusProvider = Callable[[Choice], ChoiceStatus]
 PREFLIGHT = "jitguard's FlashInfer pre-flight"
 
 
@@ -157,20 +158,24 @@ class ChoiceGuard:
     def __init__(self, engine: str, facts: EngineFacts | None = None) -> None:
         self.engine = engine
         self.facts = facts or EngineFacts()
+        self._provider: StatusProvider | None = None
         self._statuses: dict[str, ChoiceStatus] = {}
         self._announced: set[str] = set()
         self._lock = threading.RLock()
 
-    def set_facts(self, facts: EngineFacts) -> None:
+    def set_facts(self, facts: EngineFacts, status: StatusProvider | None = None) -> None:
+        """Judge on ``facts`` from now on (or through ``status``, a choice -> status function), afresh."""
         with self._lock:
             self.facts = facts
+            self._provider = status
             self._statuses.clear()
             self._announced.clear()
 
     def status(self, choice: Choice) -> ChoiceStatus:
         with self._lock:
             if choice.key not in self._statuses:
-                self._statuses[choice.key] = status_of(choice, self.facts.get())
+                provider = self._provider or (lambda c: status_of(c, self.facts.get()))
+                self._statuses[choice.key] = provider(choice)
             return self._statuses[choice.key]
 
     def allows(self, choice: Choice, *, named: str | None, instead: str = "") -> bool:

@@ -70,7 +70,7 @@ def sampling_failed(release: Any, situations: Any) -> tuple[dict[str, Any], str]
 def test_stock_vllm_picks_flashinfer_for_each_choice(stock: tuple[dict[str, Any], str], release: Any) -> None:
     result, output = stock
     assert not result["registered"] and not any(result["hooked"].values())
-    default = "forward_native" if minor(release) < 20 else "forward_cuda"  # 0.17-0.19: opt-in only
+    default = "forward_native" if minor(release) < 21 else "forward_cuda"  # 0.17-0.20: opt-in only
     assert sampler_run(result, "default")["forward"] == default
     assert sampler_run(result, "named")["forward"] == "forward_cuda"
     assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"  # first on Blackwell
@@ -94,7 +94,7 @@ def test_the_sampler_falls_back_to_pytorch_with_one_warning(
     assert sampler_run(result, "default")["forward"] == "forward_native"
     assert sampler_run(result, "off")["forward"] == "forward_native"
     warned = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
-    assert len(warned) == (1 if minor(release) >= 20 else 0), output[-3000:]
+    assert len(warned) == (1 if minor(release) >= 21 else 0), output[-3000:]
     if warned:
         assert "[link-missing-libcuda]" in warned[0] and "Fix:" in warned[0]
         assert "PyTorch-native sampler" in warned[0]
@@ -160,7 +160,7 @@ def test_a_recorded_sampling_failure_sends_only_the_sampler_to_pytorch(
     assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"
     error = sampler_run(result, "named")["error"]
     assert error is not None and error["codes"] == ["flashinfer-cached-failure"]
-    if minor(release) >= 20:
+    if minor(release) >= 21:
         assert sampler_run(result, "default")["forward"] == "forward_native"
         [warned] = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
         assert "[flashinfer-cached-failure]" in warned and "FlashInfer's sampling module" in warned

@@ -3,9 +3,9 @@
 Every release from 0.17 to 0.33 decides in ``TopKTopPSampler.__init__`` (``vllm/v1/sample/ops/
 topk_topp_sampler.py``) by setting ``self.forward`` to ``forward_cuda`` (FlashInfer) or ``forward_native``:
 
-- 0.17 - 0.19: only when ``VLLM_USE_FLASHINFER_SAMPLER=1`` (opt-in);
-- 0.20 - 0.21: on by default, inline in ``__init__``; ``VLLM_USE_FLASHINFER_SAMPLER=0`` turns it off;
-- 0.22 and later: on by default, through ``flashinfer_sampler_supported()`` (0.33 also asks FlashInfer's
+- 0.17 - 0.20: only when ``VLLM_USE_FLASHINFER_SAMPLER=1`` (opt-in);
+- 0.21 - 0.22: on by default, inline in ``__init__``; ``VLLM_USE_FLASHINFER_SAMPLER=0`` turns it off;
+- 0.23 and later: on by default, through ``flashinfer_sampler_supported()`` (0.33 also asks FlashInfer's
   ``check_cuda_arch``), which raises when the variable was set explicitly and the GPU cannot serve.
 
 vLLM's profile run samples with top-k/top-p at start-up, so the module is built (a few minutes of nvcc on a
@@ -68,7 +68,7 @@ SITES = (
         MODULE,
         f"{CLASS}.__init__",
         "0.17-0.33",
-        f"{VARIABLE}=1 (0.17-0.19: the only way in; 0.20+: on by default)",
+        f"{VARIABLE}=1 (0.17-0.20: the only way in; 0.21+: on by default)",
         "self.forward = forward_native (the PyTorch-native sampler)",
         _patch,
         _unpatch,
