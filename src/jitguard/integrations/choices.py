@@ -197,6 +197,30 @@ class ChoiceGuard:
             self._announce(judged.status, judged.action)
             return judged.action == "keep"
 
+    def failed(self, choice: Choice, findings: Sequence[Finding]) -> None:
+        """``choice`` passed pre-flight and failed on first use anyway (``findings``: the classified cause).
+        From now on it cannot work in this process; said once."""
+        with self._lock:
+            previous = self._statuses.get(choice.key)
+            known = [*(previous.findings if previous else ()), *findings]
+            status = ChoiceStatus(choice, False, tuple(known), previous.prebuilt if previous else ())
+            self._statuses[choice.key] = status
+            if f"{choice.key}:failed" in self._announced:
+                return
+            # The one line for this choice: a later instance taking the fallback at init says nothing more.
+            self._announced.update({f"{choice.key}:failed", f"{choice.key}:fallback"})
+        f = status.primary
+        what = f"[{f.code}] {f.title}" if f else "its build failed"
+        log.warning(
+            "jitguard: %s failed on first use: %s.%s %s uses %s from now on; the failure is recorded, so the "
+            "next start takes that path at once.",
+            choice.title,
+            what,
+            f"{f.fix_suffix()}." if f and f.fixes else "",
+            self.engine,
+            choice.fallback,
+        )
+
     def _announce(self, status: ChoiceStatus, action: str) -> None:
         choice = status.choice
         key = f"{choice.key}:{action}"

@@ -107,8 +107,8 @@ def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
             os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "1" if mode == "named" else "0"
         run: dict[str, Any] = {"mode": mode, "forward": None, "error": None}
         try:
-            built = sampler.TopKTopPSampler()
-            run["forward"] = built.forward.__func__.__name__
+            forward = sampler.TopKTopPSampler().forward
+            run["forward"] = getattr(getattr(forward, "__wrapped__", forward), "__func__", forward).__name__
         except Exception as exc:
             run["error"] = error_of(exc)
         runs.append(run)

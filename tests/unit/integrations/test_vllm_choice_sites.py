@@ -174,3 +174,24 @@ def test_a_crashing_check_keeps_vllms_choices_with_one_warning(
             assert sampler.TopKTopPSampler().forward() == "flashinfer"
     faults = [w for w in warnings(caplog) if "[jitguard-fault]" in w]
     assert len(faults) == 2 and all("probe exploded" in w for w in faults)  # one per choice, once each
+
+
+def test_a_sampler_build_that_fails_on_first_use_switches_to_pytorch_once(
+    stand_in: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    failing = SAMPLER_SOURCE.replace(
+        '    def forward_cuda(self):\n        return "flashinfer"',
+        "    def forward_cuda(self):\n"
+        "        from jitguard.errors import BuildFailed\n"
+        "        from jitguard.findings.catalog import make\n"
+        "        raise BuildFailed('sampling', [make('build-failed', backend='flashinfer')], None)",
+    )
+    write_vllm(stand_in, {SAMPLER_PATH: failing})
+    register(lambda choice: assess(choice, []))  # pre-flight passes
+    module = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
+    sampler = module.TopKTopPSampler()
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert [sampler.forward() for _ in range(3)] == ["pytorch"] * 3
+        assert module.TopKTopPSampler().forward() == "pytorch"  # a later one decides at init
+    [warned] = warnings(caplog)
+    assert "failed on first use: [build-failed]" in warned and "PyTorch-native sampler" in warned

@@ -11,7 +11,9 @@ topk_topp_sampler.py``) by setting ``self.forward`` to ``forward_cuda`` (FlashIn
 vLLM's profile run samples with top-k/top-p at start-up, so the module is built (a few minutes of nvcc on a
 cold workspace) and a failed build takes the engine down before it serves (vLLM issue #50705). jitguard
 wraps ``__init__`` and, when FlashInfer was chosen, corrects the method: the PyTorch-native sampler when
-FlashInfer cannot work here and vLLM chose it on its own; ``ChoiceUnavailable`` when the user named it.
+FlashInfer cannot work here and vLLM chose it on its own; ``ChoiceUnavailable`` when the user named it. When
+it passed pre-flight and its first use fails to build anyway, the sampler switches to PyTorch's then and
+there (one warning), instead of taking the engine down.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from jitguard.decision.engine import SAMPLER
+from jitguard.errors import BuildFailed
 from jitguard.integrations.vllm.sites import Guards, Site, env_flag, keeps, layout_moved, mark, original_of
 
 MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
@@ -48,11 +51,33 @@ def _patch(module: ModuleType, guards: Guards) -> bool:
         chosen = getattr(getattr(self, "forward", None), "__func__", None)
         if chosen is None or chosen is not getattr(type(self), "forward_cuda", None):
             return  # vLLM chose another sampler itself: nothing to check
-        if not keeps(guards, SAMPLER, named=named(), instead=f"unset {VARIABLE} (or set it to 0)"):
+        how = named()
+        if not keeps(guards, SAMPLER, named=how, instead=f"unset {VARIABLE} (or set it to 0)"):
             self.forward = self.forward_native
+        elif how is None:
+            self.forward = _first_use(self, guards)
 
     cls.__init__ = mark(__init__, original)
     return True
+
+
+def _first_use(sampler: Any, guards: Guards) -> Any:
+    """FlashInfer's sampler, switching this sampler to PyTorch's when its first use fails to build (a
+    classified ``BuildFailed`` from jitguard's build hook: the build hook has recorded it, so the next start
+    decides at init). Sampling has no state to carry over, so the switch is safe mid-run; any other error is
+    FlashInfer's own and passes through."""
+    flashinfer = sampler.forward_cuda
+
+    @functools.wraps(flashinfer)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return flashinfer(*args, **kwargs)
+        except BuildFailed as exc:
+            guards.choices.failed(SAMPLER, exc.findings)
+            sampler.forward = sampler.forward_native
+            return sampler.forward_native(*args, **kwargs)
+
+    return forward
 
 
 def _unpatch(module: ModuleType) -> None:
