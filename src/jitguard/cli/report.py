@@ -125,7 +125,11 @@ def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
         blocking = [f["code"] for f in row.get("findings", ()) if f.get("severity") == "error"]
         title, default = escape(row["title"]), escape(row["default"])
         if not blocking:
-            known = "can work here" if row.get("verified", True) else "[yellow]not verified[/] (a fact is missing)"
+            known = (
+                "can work here"
+                if row.get("verified", True)
+                else "[yellow]not verified[/] (a fact is missing)"
+            )
             built = f"; prebuilt: {', '.join(row['prebuilt'][:3])}" if row.get("prebuilt") else ""
             out.print(f"  [bold]{title}[/]: {known}, vLLM's choice stands{escape(built)}")
             out.print(f"    vLLM picks it for: {default}")

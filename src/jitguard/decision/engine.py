@@ -38,7 +38,9 @@ BUILD_DOOM = frozenset(
     }
 )
 # Findings that doom using any FlashInfer module, built or prebuilt.
-LOAD_DOOM = frozenset({"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE})
+LOAD_DOOM = frozenset(
+    {"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE}
+)
 
 Action = Literal["keep", "fallback", "refuse"]
 
@@ -142,7 +144,18 @@ MOE = Choice(
 KERNELS = Choice(
     "flashinfer-ops",
     "FlashInfer's other JIT kernels",
-    ("comm", "trtllm_comm", "trtllm_mnnvl", "gemm", "fp8", "fp4", "norm", "rope", "activation", "quantization"),
+    (
+        "comm",
+        "trtllm_comm",
+        "trtllm_mnnvl",
+        "gemm",
+        "fp8",
+        "fp4",
+        "norm",
+        "rope",
+        "activation",
+        "quantization",
+    ),
     default="all-reduce fusion (TP > 1 on Hopper/Blackwell), FP8/FP4 GEMMs, FlashInfer autotuning",
     named_by=None,  # vLLM only asks has_flashinfer()
     fallback="its own kernels, as on a host without FlashInfer's JIT",
@@ -248,5 +261,7 @@ class ChoiceUnavailable(BackendUnavailable):
         for f in self.findings:
             lines += f.render_lines()
         lines.append(f"  Or {self.instead}: jitguard then lets the engine use {choice.fallback} here.")
-        lines.append(f"  Details: `jitguard doctor --engine {self.engine}`. To run without jitguard: JITGUARD_DISABLE=1.")
+        lines.append(
+            f"  Details: `jitguard doctor --engine {self.engine}`. To run without jitguard: JITGUARD_DISABLE=1."
+        )
         return "\n".join(lines)

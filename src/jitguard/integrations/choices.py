@@ -56,12 +56,19 @@ class EngineFacts:
                 return self._facts
             if self._failed:
                 raise AlreadyReported(PREFLIGHT)
+            started = time.monotonic()
             try:
                 self._facts = with_deadline(PREFLIGHT, self._provider)
             except Exception as exc:
                 self._failed = True
                 report_fault(PREFLIGHT, "the engine's own choices stand, unguarded", exc)
                 raise AlreadyReported(PREFLIGHT) from exc
+            # One line per process: which environment the verdicts (and the failure cache) are keyed on.
+            log.info(
+                "jitguard: this host's facts for FlashInfer's JIT paths, in %.1f s (fingerprint %s)",
+                time.monotonic() - started,
+                self._facts.fingerprint,
+            )
             return self._facts
 
 
@@ -255,7 +262,9 @@ class ChoiceGuard:
                 self.engine,
             )
         else:
-            log.debug("jitguard: %s passed pre-flight here (fingerprint %s)", choice.title, _fingerprint(self))
+            log.debug(
+                "jitguard: %s passed pre-flight here (fingerprint %s)", choice.title, _fingerprint(self)
+            )
 
 
 def _fingerprint(guard: ChoiceGuard) -> str:

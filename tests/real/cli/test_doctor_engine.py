@@ -79,12 +79,16 @@ def test_a_prebuilt_module_and_a_recorded_failure_change_only_their_own_choices(
         directory.mkdir(parents=True)
         source = directory / "stub.c"
         source.write_text("int jitguard_prebuilt(void) { return 0; }\n")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / f"{module}.so"), str(source)], check=True)
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-o", str(directory / f"{module}.so"), str(source)], check=True
+        )
     from jitguard.findings.catalog import make
     from jitguard.state.failure_cache import FailureCache
 
     finding = make("build-failed", backend="flashinfer", evidence=["a real build log"])
-    FailureCache(Path(env["JITGUARD_CACHE_DIR"])).record_failure("fused_moe_90", first["fingerprint"], [finding])
+    FailureCache(Path(env["JITGUARD_CACHE_DIR"])).record_failure(
+        "fused_moe_90", first["fingerprint"], [finding]
+    )
     data = json.loads(doctor(env, "--json").stdout)
     assert_valid(data)
     sampler, moe = choice(data, "sampler"), choice(data, "moe")
@@ -92,11 +96,15 @@ def test_a_prebuilt_module_and_a_recorded_failure_change_only_their_own_choices(
     assert [f["code"] for f in sampler["findings"]] == ["flashinfer-module-prebuilt"]
     assert not moe["usable"]
     assert [f["code"] for f in moe["findings"] if f["severity"] == "error"] == ["flashinfer-cached-failure"]
-    assert not choice(data, "attention")["usable"]  # its modules are not prebuilt: the failing link still counts
+    assert not choice(data, "attention")[
+        "usable"
+    ]  # its modules are not prebuilt: the failing link still counts
 
 
 def test_the_text_report_says_what_vllm_does_with_each_choice(tmp_path: Path) -> None:
-    env = _env(tmp_path, FLASHINFER_WORKSPACE_BASE=str(tmp_path / "ws"), VLLM_USE_FLASHINFER_SAMPLER="1", **ARCH)
+    env = _env(
+        tmp_path, FLASHINFER_WORKSPACE_BASE=str(tmp_path / "ws"), VLLM_USE_FLASHINFER_SAMPLER="1", **ARCH
+    )
     text = doctor(env).stdout
     assert "its FlashInfer choices here" in text
     for c in CHOICES:

@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import scenario  # tests/real/vllm/scenario.py: the GPU stand-in and the facts with a CUDA torch
 
@@ -55,7 +55,7 @@ def flashinfer_attention_module() -> str:
     from vllm.v1.attention.backend import AttentionBackend
 
     class FlashInferBackend(AttentionBackend):  # type: ignore[misc]
-        supported_kv_cache_dtypes = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]  # FlashInfer's own
+        supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
         @staticmethod
         def get_name() -> str:
@@ -131,7 +131,9 @@ def run_attention(requests: list[list[str]]) -> list[dict[str, Any]]:
     runs = []
     for selected, kv in requests:
         run: dict[str, Any] = {"selected": selected, "kv_cache_dtype": kv, "backend": None, "error": None}
-        config = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, kv_cache_dtype=kv, block_size=None)
+        config = AttentionSelectorConfig(
+            head_size=128, dtype=torch.bfloat16, kv_cache_dtype=kv, block_size=None
+        )
         backend = None if selected == "auto" else AttentionBackendEnum[selected]
         try:
             with current_config(attention=backend):
@@ -206,7 +208,10 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     result["gates"] = run_gates(spec.get("gates", []))
     backend = sys.modules[ATTENTION_MODULE].FlashInferBackend
     result["hooked"] = {
-        "sampler": hasattr(sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].TopKTopPSampler.__init__, "__jitguard_original__"),
+        "sampler": hasattr(
+            sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].TopKTopPSampler.__init__,
+            "__jitguard_original__",
+        ),
         "attention": hasattr(backend.validate_configuration, "__jitguard_original__"),
         "gates": hasattr(sys.modules["vllm.utils.flashinfer"].has_flashinfer, "__jitguard_original__"),
     }

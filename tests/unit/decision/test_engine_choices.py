@@ -31,7 +31,14 @@ RECORDED = make(
 
 
 def test_the_table_names_each_choice_once_with_its_modules() -> None:
-    assert [c.key for c in CHOICES] == ["gdn-prefill", "sampler", "attention", "kv-cache", "moe", "flashinfer-ops"]
+    assert [c.key for c in CHOICES] == [
+        "gdn-prefill",
+        "sampler",
+        "attention",
+        "kv-cache",
+        "moe",
+        "flashinfer-ops",
+    ]
     assert BY_KEY["sampler"] is SAMPLER
     assert all(c.modules and c.fallback and c.default for c in CHOICES)
     assert KERNELS.named_by is None and all(c.named_by for c in CHOICES if c is not KERNELS)
@@ -76,7 +83,10 @@ def test_unknown_is_not_doomed() -> None:
     assert status.usable and not status.verified
 
 
-@pytest.mark.parametrize(("usable", "named", "action"), [(True, False, "keep"), (True, True, "keep"), (False, False, "fallback"), (False, True, "refuse")])
+@pytest.mark.parametrize(
+    ("usable", "named", "action"),
+    [(True, False, "keep"), (True, True, "keep"), (False, False, "fallback"), (False, True, "refuse")],
+)
 def test_the_verdict_for_each_case(usable: bool, named: bool, action: str) -> None:
     status = assess(SAMPLER, [] if usable else [NO_LIBCUDA])
     assert verdict(status, named=named).action == action

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from unit.integrations.test_vllm_hooks import stand_in, write_vllm  # noqa: F401 (a fixture)
 
 from jitguard.decision.engine import Choice, ChoiceStatus, ChoiceUnavailable, assess
 from jitguard.findings.catalog import make
 from jitguard.integrations import vllm as plugin
+from unit.integrations.test_vllm_hooks import stand_in, write_vllm  # noqa: F401 (a fixture)
 
 SAMPLER_PATH = "vllm/v1/sample/ops/topk_topp_sampler.py"
 SAMPLER_SOURCE = """
@@ -72,7 +72,9 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_doomed_sampler_takes_pytorch_and_a_named_one_stops(
-    stand_in: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture  # noqa: F811
+    stand_in: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,  # noqa: F811
 ) -> None:
     write_vllm(stand_in, {SAMPLER_PATH: SAMPLER_SOURCE})
     register()
@@ -87,7 +89,10 @@ def test_a_doomed_sampler_takes_pytorch_and_a_named_one_stops(
 
 
 def test_a_sampler_vllm_did_not_give_flashinfer_is_never_judged(stand_in: Path) -> None:  # noqa: F811
-    write_vllm(stand_in, {SAMPLER_PATH: SAMPLER_SOURCE.replace("CHOOSE_FLASHINFER = True", "CHOOSE_FLASHINFER = False")})
+    write_vllm(
+        stand_in,
+        {SAMPLER_PATH: SAMPLER_SOURCE.replace("CHOOSE_FLASHINFER = True", "CHOOSE_FLASHINFER = False")},
+    )
 
     def never(choice: Choice) -> ChoiceStatus:
         raise AssertionError("the status must not be asked for")
@@ -146,7 +151,8 @@ def test_a_named_moe_backend_stops_even_when_vllm_would_answer_no(stand_in: Path
 
 
 def test_a_moved_predicate_leaves_the_module_alone_with_one_warning(
-    stand_in: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+    stand_in: Path,
+    caplog: pytest.LogCaptureFixture,  # noqa: F811
 ) -> None:
     write_vllm(stand_in, {GATES_PATH: "def has_flashinfer():\n    return True\n"})
     register()
@@ -158,7 +164,8 @@ def test_a_moved_predicate_leaves_the_module_alone_with_one_warning(
 
 
 def test_a_crashing_check_keeps_vllms_choices_with_one_warning(
-    stand_in: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+    stand_in: Path,
+    caplog: pytest.LogCaptureFixture,  # noqa: F811
 ) -> None:
     write_vllm(stand_in, {GATES_PATH: GATES_SOURCE, SAMPLER_PATH: SAMPLER_SOURCE})
 
@@ -177,7 +184,8 @@ def test_a_crashing_check_keeps_vllms_choices_with_one_warning(
 
 
 def test_a_sampler_build_that_fails_on_first_use_switches_to_pytorch_once(
-    stand_in: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+    stand_in: Path,
+    caplog: pytest.LogCaptureFixture,  # noqa: F811
 ) -> None:
     failing = SAMPLER_SOURCE.replace(
         '    def forward_cuda(self):\n        return "flashinfer"',

@@ -70,7 +70,9 @@ def _patch(module: ModuleType, guards: Guards) -> bool:
     def validate_configuration(klass: Any, *args: Any, **kwargs: Any) -> Any:
         reasons = original(*args, **kwargs)
         if reasons or not isinstance(reasons, list):
-            return reasons  # vLLM rules FlashInfer out itself (or answers in a shape this wrapper does not know)
+            return (
+                reasons  # vLLM rules FlashInfer out itself (or answers in a shape this wrapper does not know)
+            )
         choice = choice_for(args, kwargs)
         how = named()
         if keeps(guards, choice, named=how, instead=f"drop {how or '--attention-backend'}"):

@@ -19,7 +19,6 @@ is taken once per process so every layer (and vLLM's GDN attention metadata buil
 function) agrees.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -311,7 +310,16 @@ _NAMED = f"{FLAG} {FLASHINFER} (additional_config {OPTION})"
 _ANSWER = "Triton/FLA: the resolver's answer, or ChunkGatedDeltaRule._forward_method = forward_native"
 SITES = (
     Site(GDN_PREFILL, CURRENT.module, CURRENT.target, "0.22-0.33", _NAMED, _ANSWER, _patch_current, _unpatch),
-    Site(GDN_PREFILL, SPRING_2026.module, SPRING_2026.target, "0.19-0.21", _NAMED, _ANSWER, _patch_op_init, _unpatch),
+    Site(
+        GDN_PREFILL,
+        SPRING_2026.module,
+        SPRING_2026.target,
+        "0.19-0.21",
+        _NAMED,
+        _ANSWER,
+        _patch_op_init,
+        _unpatch,
+    ),
     Site(
         GDN_PREFILL,
         MODEL_FILE.module,

@@ -58,7 +58,9 @@ def preview(facts: Facts) -> Preview:
     for choice in CHOICES:
         key = "attention" if choice.key == "kv-cache" else choice.key  # one site judges both
         sites = [s for s in SITES if s.choice.key == key]
-        site = next((s for s in sites if version and covers(s.releases, version)), sites[0] if sites else None)
+        site = next(
+            (s for s in sites if version and covers(s.releases, version)), sites[0] if sites else None
+        )
         rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
     return Preview(version, tuple(rows))
 

@@ -39,7 +39,11 @@ def named() -> str | None:
 def _patch(module: ModuleType, guards: Guards) -> bool:
     cls = module.__dict__.get(CLASS)
     original = getattr(cls, "__init__", None) if cls is not None else None
-    if cls is None or not callable(original) or not all(hasattr(cls, m) for m in ("forward_cuda", "forward_native")):
+    if (
+        cls is None
+        or not callable(original)
+        or not all(hasattr(cls, m) for m in ("forward_cuda", "forward_native"))
+    ):
         layout_moved(module.__name__, f"{CLASS}.__init__ with forward_cuda/forward_native", SAMPLER.title)
         return False
     if original_of(original) is not None:
