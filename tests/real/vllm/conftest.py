@@ -24,8 +24,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
-# One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
-VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
+# 0.21.0 is the last spring-2026 GDN layout, 0.24.0 the release the H200 host runs (its sampler decides in
+# flashinfer_sampler_supported(), from 0.23), 0.33.0 the newest.
+VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.24.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
 PREPARE_TIMEOUT = 1200  # seconds for one release; the first preparation takes 1-2 minutes
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
