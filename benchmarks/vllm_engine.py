@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -47,28 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 BROKEN_NVCC_FLAG = "--jitguard-bench-no-such-nvcc-flag"
 HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
-ENGINE = textwrap.dedent(
-    """
-    import sys, time
-    from vllm import LLM, SamplingParams
-
-    model, gdn, sampling = sys.argv[1:4]
-    kwargs = dict(model=model, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-                  max_model_len=1024, gpu_memory_utilization=0.25, dtype="bfloat16",
-                  attention_backend="TRITON_ATTN")
-    if gdn != "auto":
-        kwargs["gdn_prefill_backend"] = gdn
-    llm = LLM(**kwargs)
-    print("BENCH READY", time.monotonic(), flush=True)
-    top = dict(temperature=0.8, top_k=20, top_p=0.9) if sampling == "top" else dict(temperature=0.0)
-    prompt = {"prompt_token_ids": list(range(1, 200))}  # a prefill long enough for the chunked GDN kernel
-    start = time.monotonic()
-    llm.generate([prompt], SamplingParams(max_tokens=1, detokenize=False, **top))
-    print("BENCH TTFT", time.monotonic() - start, flush=True)
-    out = llm.generate([prompt], SamplingParams(max_tokens=8, detokenize=False, **top))
-    print("BENCH GENERATED", len(out[0].outputs[0].token_ids), flush=True)
-    """
-)
+START = Path(__file__).with_name("vllm_engine_start.py")  # one engine start, and the model it serves
 # Lines worth keeping from an engine's log (jitguard's, FlashInfer's JIT, and the errors that end a start).
 KEEP = re.compile(
     r"jitguard: |JIT-compiled|cannot find -l|Build of |ninja: build stopped|Error|error:|Using .* (GDN|sampl)"
@@ -104,7 +82,18 @@ def run_engine(row: Row, model: Path, env: dict[str, str], gdn: str, sampling: s
     """Start one engine in its own session under ``row.limit_s`` and read its log as it comes."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        ["timeout", "-k", "5", str(row.limit_s), sys.executable, "-c", ENGINE, str(model), gdn, sampling],
+        [
+            "timeout",
+            "-k",
+            "5",
+            str(row.limit_s),
+            sys.executable,
+            str(START),
+            "serve",
+            str(model),
+            gdn,
+            sampling,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -198,14 +187,7 @@ def _objects(workspace: Path) -> int:
 def libcuda_the_linker_takes(env: dict[str, str]) -> Path | None:
     """The ``libcuda.so`` FlashInfer's link line takes here: a real link with FlashInfer's flags (read from
     jitguard's facts) and ``-Wl,--trace``, which names every library file the linker opened."""
-    done = subprocess.run(
-        [sys.executable, "-m", "jitguard", "doctor", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    link = json.loads(done.stdout)["facts"]["link"]
+    link = doctor_json(env)["facts"]["link"]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "probe.c"
         source.write_text("int jitguard_probe(void) { return 0; }\n")
@@ -227,15 +209,16 @@ def libcuda_the_linker_takes(env: dict[str, str]) -> Path | None:
     return None
 
 
+def doctor_json(env: dict[str, str]) -> dict[str, Any]:
+    """``jitguard doctor --json`` in ``env``: jitguard's real facts (its trial link included) and findings."""
+    command = [sys.executable, "-m", "jitguard", "doctor", "--json"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    payload: dict[str, Any] = json.loads(done.stdout)
+    return payload
+
+
 def doomed_link(env: dict[str, str]) -> bool:
-    done = subprocess.run(
-        [sys.executable, "-m", "jitguard", "doctor", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    codes = [f["code"] for f in json.loads(done.stdout)["backends"]["flashinfer"]["findings"]]
+    codes = [f["code"] for f in doctor_json(env)["backends"]["flashinfer"]["findings"]]
     return "link-missing-libcuda" in codes
 
 
@@ -275,20 +258,6 @@ def restore_leftovers() -> None:
 
 
 # ---- the scenarios ----------------------------------------------------------------------------------------
-def qwen3_next(directory: Path) -> Path:
-    from transformers import Qwen3NextConfig
-
-    config = Qwen3NextConfig(
-        hidden_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-        intermediate_size=1024, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
-        linear_value_head_dim=128, vocab_size=2048, num_experts=4, num_experts_per_tok=2,
-        moe_intermediate_size=256, shared_expert_intermediate_size=256, bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
-    config.architectures = ["Qwen3NextForCausalLM"]
-    config.save_pretrained(directory)
-    return directory
-
-
 def base_env(work: Path, name: str, *, jitguard: bool, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITGUARD_")}
     env.update(
@@ -442,7 +411,8 @@ def main() -> int:
     restore_leftovers()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-"))
-    model = qwen3_next(work / "qwen3-next-tiny")
+    model = work / "qwen3-next-tiny"
+    subprocess.run([sys.executable, str(START), "model", str(model)], check=True)
     info = machine()
     stages = ("gdn", "sampler") if args.stage == "all" else (args.stage,)
     ok = True

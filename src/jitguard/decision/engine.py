@@ -22,21 +22,11 @@ from typing import Any, Literal
 
 from jitguard.decision.gdn import UNVERIFIED
 from jitguard.errors import BackendUnavailable
+from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding, sort_findings
 
 CACHED_FAILURE = "flashinfer-cached-failure"
-# Findings that doom building a FlashInfer nvcc JIT module here (compile or link).
-BUILD_DOOM = frozenset(
-    {
-        "nvcc-missing",
-        "ninja-missing",
-        "cxx-missing",
-        "cuda-headers-missing",
-        "link-missing-libcuda",
-        "link-missing-libcudart",
-        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
-    }
-)
+BUILD_DOOM = JIT_BUILD_DOOM  # findings that doom building a FlashInfer nvcc JIT module here
 # Findings that doom using any FlashInfer module, built or prebuilt.
 LOAD_DOOM = frozenset(
     {"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE}

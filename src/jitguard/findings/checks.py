@@ -15,6 +15,18 @@ if TYPE_CHECKING:
     from jitguard.facts import Facts
 
 BACKENDS = ("flashinfer", "triton", "torch")
+# Pre-flight codes that doom building any FlashInfer nvcc JIT module here, whichever module (compile or link).
+JIT_BUILD_DOOM = frozenset(
+    {
+        "nvcc-missing",
+        "ninja-missing",
+        "cxx-missing",
+        "cuda-headers-missing",
+        "link-missing-libcuda",
+        "link-missing-libcudart",
+        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
+    }
+)
 
 
 def preflight(facts: Facts, backend: str) -> list[Finding]:

@@ -26,7 +26,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -41,53 +40,15 @@ pytestmark = [
 
 BROKEN_NVCC_FLAG = "--jitguard-test-no-such-nvcc-flag"
 ENGINE_TIMEOUT = 600  # the first engine compiles Triton's FLA kernels cold (~150 s on the H200)
-ENGINE = textwrap.dedent(
-    """
-    import sys
-    from vllm import LLM, SamplingParams
-
-    model, gdn, sampling = sys.argv[1:4]
-    kwargs = dict(model=model, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-                  max_model_len=1024, gpu_memory_utilization=0.25, dtype="bfloat16",
-                  attention_backend="TRITON_ATTN")
-    if gdn != "auto":
-        kwargs["gdn_prefill_backend"] = gdn
-    llm = LLM(**kwargs)
-    params = (SamplingParams(max_tokens=4, temperature=0.0, detokenize=False) if sampling == "greedy" else
-              SamplingParams(max_tokens=4, temperature=0.8, top_k=20, top_p=0.9, detokenize=False))
-    prompt = {"prompt_token_ids": list(range(1, 200))}  # a prefill long enough for the chunked GDN kernel
-    out = llm.generate([prompt], params)
-    print("GENERATED", len(out[0].outputs[0].token_ids), flush=True)
-    """
-)
+START = (
+    Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_engine_start.py"
+)  # shared with the benchmark
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import Qwen3NextConfig
-
     directory = tmp_path_factory.mktemp("qwen3-next-tiny")
-    config = Qwen3NextConfig(
-        hidden_size=512,
-        num_hidden_layers=4,  # layers 0-2 GDN, 3 full attention
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=128,
-        intermediate_size=1024,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        vocab_size=2048,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=256,
-        shared_expert_intermediate_size=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    config.architectures = ["Qwen3NextForCausalLM"]
-    config.save_pretrained(directory)
+    subprocess.run([sys.executable, str(START), "model", str(directory)], check=True)
     return directory
 
 
@@ -107,7 +68,7 @@ def broken_env(directory: Path, **extra: str) -> dict[str, str]:
 def serve(model: Path, env: dict[str, str], gdn: str = "auto", sampling: str = "greedy") -> tuple[int, str]:
     """One engine start in its own session; (exit status, everything it printed). Its tree is killed after."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", ENGINE, str(model), gdn, sampling],
+        [sys.executable, str(START), "serve", str(model), gdn, sampling],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -148,7 +109,7 @@ def test_1_a_gdn_build_that_fails_at_first_use_is_classified_and_recorded(
 ) -> None:
     status, output = serve(model_dir, gdn_broken)
     assert (
-        status != 0 and "GENERATED" not in output
+        status != 0 and "BENCH GENERATED" not in output
     )  # as without jitguard: the build fails, so does the start
     assert lines(output, "Build of gdn_prefill"), output[-6000:]
     assert recorded(gdn_broken, "gdn_prefill"), output[-6000:]
@@ -157,7 +118,7 @@ def test_1_a_gdn_build_that_fails_at_first_use_is_classified_and_recorded(
 def test_2_the_next_start_serves_on_triton_at_once(model_dir: Path, gdn_broken: dict[str, str]) -> None:
     status, output = serve(model_dir, gdn_broken)
     assert status == 0, output[-6000:]
-    assert "GENERATED 4" in output
+    assert "BENCH GENERATED 8" in output
     warned = lines(output, "jitguard: vLLM chose FlashInfer GDN prefill")
     assert len(warned) == 1, output[-6000:]  # TP1: one engine-core process, one warning
     assert "[flashinfer-cached-failure]" in warned[0]
@@ -166,7 +127,7 @@ def test_2_the_next_start_serves_on_triton_at_once(model_dir: Path, gdn_broken: 
 
 def test_3_asked_for_flashinfer_it_stops_at_init(model_dir: Path, gdn_broken: dict[str, str]) -> None:
     status, output = serve(model_dir, gdn_broken, gdn="flashinfer")
-    assert status != 0 and "GENERATED" not in output
+    assert status != 0 and "BENCH GENERATED" not in output
     assert lines(output, "jitguard: FlashInfer GDN prefill was requested (--gdn-prefill-backend flashinfer)")
     assert "[flashinfer-cached-failure]" in output
 
@@ -196,7 +157,7 @@ def test_5_stock_vllm_dies_on_a_sampler_build_that_fails(
     status, output = serve(
         model_dir, {**sampler_broken, "JITGUARD_DISABLE": "1"}, gdn="triton", sampling="top"
     )
-    assert status != 0 and "GENERATED" not in output, output[-6000:]
+    assert status != 0 and "BENCH GENERATED" not in output, output[-6000:]
 
 
 def test_6_with_jitguard_the_sampler_fails_over_to_pytorch_and_the_engine_serves(
@@ -204,7 +165,7 @@ def test_6_with_jitguard_the_sampler_fails_over_to_pytorch_and_the_engine_serves
 ) -> None:
     status, output = serve(model_dir, sampler_broken, gdn="triton", sampling="top")
     assert status == 0, output[-6000:]
-    assert "GENERATED 4" in output
+    assert "BENCH GENERATED 8" in output
     [warned] = lines(output, "jitguard: FlashInfer top-k/top-p sampler failed on first use")
     assert "PyTorch-native sampler" in warned
     assert recorded(sampler_broken, "sampling")

@@ -14,7 +14,7 @@ import pytest
 from jitguard.decision.engine import Choice, ChoiceStatus, ChoiceUnavailable, assess
 from jitguard.findings.catalog import make
 from jitguard.integrations import vllm as plugin
-from unit.integrations.test_vllm_hooks import stand_in, write_vllm  # noqa: F401 (a fixture)
+from stand_in_vllm import write_vllm
 
 SAMPLER_PATH = "vllm/v1/sample/ops/topk_topp_sampler.py"
 SAMPLER_SOURCE = """
@@ -74,7 +74,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_doomed_sampler_takes_pytorch_and_a_named_one_stops(
     stand_in: Path,
     monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     write_vllm(stand_in, {SAMPLER_PATH: SAMPLER_SOURCE})
     register()
@@ -88,7 +88,7 @@ def test_a_doomed_sampler_takes_pytorch_and_a_named_one_stops(
         module.TopKTopPSampler()
 
 
-def test_a_sampler_vllm_did_not_give_flashinfer_is_never_judged(stand_in: Path) -> None:  # noqa: F811
+def test_a_sampler_vllm_did_not_give_flashinfer_is_never_judged(stand_in: Path) -> None:
     write_vllm(
         stand_in,
         {SAMPLER_PATH: SAMPLER_SOURCE.replace("CHOOSE_FLASHINFER = True", "CHOOSE_FLASHINFER = False")},
@@ -102,7 +102,7 @@ def test_a_sampler_vllm_did_not_give_flashinfer_is_never_judged(stand_in: Path) 
     assert module.TopKTopPSampler().forward() == "pytorch"
 
 
-def test_attention_gets_a_reason_and_an_inherited_method_is_inherited_again(stand_in: Path) -> None:  # noqa: F811
+def test_attention_gets_a_reason_and_an_inherited_method_is_inherited_again(stand_in: Path) -> None:
     write_vllm(stand_in, {ATTENTION_PATH: ATTENTION_SOURCE})
     module = importlib.import_module("vllm.v1.attention.backends.flashinfer")
     register()
@@ -116,7 +116,7 @@ def test_attention_gets_a_reason_and_an_inherited_method_is_inherited_again(stan
     assert backend.validate_configuration(128, "bfloat16", "auto") == []
 
 
-def test_a_predicate_imported_by_name_before_the_plugin_is_rebound_and_restored(stand_in: Path) -> None:  # noqa: F811
+def test_a_predicate_imported_by_name_before_the_plugin_is_rebound_and_restored(stand_in: Path) -> None:
     write_vllm(stand_in, {GATES_PATH: GATES_SOURCE, "vllm/user.py": USER_SOURCE})
     user = importlib.import_module("vllm.user")
     original = user.has_flashinfer
@@ -142,7 +142,7 @@ def get_current_vllm_config_or_none():
 """
 
 
-def test_a_named_moe_backend_stops_even_when_vllm_would_answer_no(stand_in: Path) -> None:  # noqa: F811
+def test_a_named_moe_backend_stops_even_when_vllm_would_answer_no(stand_in: Path) -> None:
     write_vllm(stand_in, {GATES_PATH: GATES_SOURCE, "vllm/config/__init__.py": CONFIG_SOURCE})
     register()
     gates = importlib.import_module("vllm.utils.flashinfer")
@@ -152,7 +152,7 @@ def test_a_named_moe_backend_stops_even_when_vllm_would_answer_no(stand_in: Path
 
 def test_a_moved_predicate_leaves_the_module_alone_with_one_warning(
     stand_in: Path,
-    caplog: pytest.LogCaptureFixture,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     write_vllm(stand_in, {GATES_PATH: "def has_flashinfer():\n    return True\n"})
     register()
@@ -165,7 +165,7 @@ def test_a_moved_predicate_leaves_the_module_alone_with_one_warning(
 
 def test_a_crashing_check_keeps_vllms_choices_with_one_warning(
     stand_in: Path,
-    caplog: pytest.LogCaptureFixture,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     write_vllm(stand_in, {GATES_PATH: GATES_SOURCE, SAMPLER_PATH: SAMPLER_SOURCE})
 
@@ -185,7 +185,7 @@ def test_a_crashing_check_keeps_vllms_choices_with_one_warning(
 
 def test_a_sampler_build_that_fails_on_first_use_switches_to_pytorch_once(
     stand_in: Path,
-    caplog: pytest.LogCaptureFixture,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     failing = SAMPLER_SOURCE.replace(
         '    def forward_cuda(self):\n        return "flashinfer"',
