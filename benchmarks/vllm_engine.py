@@ -42,7 +42,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
 BROKEN_NVCC_FLAG = "--jitguard-bench-no-such-nvcc-flag"
 HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
@@ -229,8 +228,8 @@ def libcuda_hidden(env: dict[str, str]) -> Iterator[list[str]]:
     try:
         for _ in range(6):  # the dev link, the toolkit's stub, ...: one at a time, as the linker finds them
             path = libcuda_the_linker_takes(env)
-            if path is None or path.name != "libcuda.so":  # never libcuda.so.1: the runtime the engine needs
-                break
+            if path is None or path.name != "libcuda.so" or _runtime_behind(path):
+                break  # never what libcuda.so.1 (the runtime the engine needs) resolves to
             target = path.with_name(path.name + HIDDEN)
             os.rename(path, target)
             moved.append((path, target))
@@ -241,6 +240,15 @@ def libcuda_hidden(env: dict[str, str]) -> Iterator[list[str]]:
             if target.exists() and not (path.exists() or path.is_symlink()):
                 os.rename(target, path)
         LEDGER.unlink(missing_ok=True)
+
+
+def _runtime_behind(path: Path) -> bool:
+    """Whether a ``libcuda.so.*`` beside ``path`` resolves to ``path`` itself (renaming it would break the
+    runtime): a dev symlink or a stub is safe to hide, the driver's library file is not."""
+    if path.is_symlink():
+        return False
+    real = os.path.realpath(path)
+    return any(os.path.realpath(other) == real for other in path.parent.glob("libcuda.so.*"))
 
 
 def restore_leftovers() -> None:
