@@ -93,13 +93,14 @@ GDN_PREFILL = Choice(
 SAMPLER = Choice(
     "sampler",
     "FlashInfer top-k/top-p sampler",
-    ("sampling",),
+    ("sampling", "topk"),  # 0.7's sampler also takes its radix top-k from the topk module
     default=(
         "every CUDA GPU FlashInfer supports, from vLLM 0.21 (VLLM_USE_FLASHINFER_SAMPLER defaults on; "
         "0.17-0.20 only when it is set to 1)"
     ),
     named_by="VLLM_USE_FLASHINFER_SAMPLER=1",
     fallback="the PyTorch-native sampler (same distribution)",
+    needs=("sampling",),
 )
 ATTENTION = Choice(
     "attention",
