@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from flashinfer_066 import NEEDS_FLASHINFER_066
 
 pytestmark = NEEDS_FLASHINFER_066
