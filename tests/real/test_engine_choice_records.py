@@ -49,13 +49,17 @@ JUDGE = textwrap.dedent(
 
 
 def run(script: str, env: dict[str, str]) -> Any:
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, stub_libcuda_builder: Callable[..., Path]) -> dict[str, str]:
+def env(
+    tmp_path_factory: pytest.TempPathFactory, stub_libcuda_builder: Callable[..., Path]
+) -> dict[str, str]:
     root = tmp_path_factory.mktemp("choice-records")
     stub = stub_libcuda_builder(root / "stub")
     toolkits = [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
