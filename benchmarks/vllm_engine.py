@@ -14,8 +14,9 @@ Scenarios (each engine in its own session under a time limit, killed with its wh
 Each row: exit (status, or the limit), seconds to the first line that says what happens with FlashInfer (a
 jitguard verdict, or stock's error), seconds until the engine was ready, time to first token, the lines that
 matter from the log, the most compilers alive at once and the objects built, and the fingerprint jitguard
-logged. Results go to ``$OUT/vllm_engine.<stage>.json`` (one per stage, so the stages can run in two calls)
-and ``$OUT/vllm_engine.md`` (every stage found in ``$OUT``).
+logged. Results go to ``$OUT/vllm_engine.<stage>.json`` and ``$OUT/vllm_engine.md``; each stage's rows are
+also kept in /tmp/jitguard-vllm-engine-results, so two calls (one stage each, the host still warm) give one
+table with both.
 
     PYTHONPATH=$PWD/src:/tmp/site python3 benchmarks/vllm_engine.py [--stage all|gdn|sampler] [--out DIR]
 
@@ -46,6 +47,7 @@ BROKEN_NVCC_FLAG = "--jitguard-bench-no-such-nvcc-flag"
 HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
 START = Path(__file__).with_name("vllm_engine_start.py")  # one engine start, and the model it serves
+KEPT = Path("/tmp/jitguard-vllm-engine-results")  # each stage's rows, across calls while the host stays warm
 # Lines worth keeping from an engine's log (jitguard's, FlashInfer's JIT, and the errors that end a start).
 KEEP = re.compile(
     r"jitguard: |JIT-compiled|cannot find -l|Build of |ninja: build stopped|Error|error:|Using .* (GDN|sampl)"
@@ -431,15 +433,17 @@ def main() -> int:
         notes.append(f"stage {stage}: {time.monotonic() - started:.0f} s")
         ok = ok and all(r.ok for r in rows)
         record = {"machine": info, "notes": notes, "rows": [asdict(r) for r in rows]}
-        (args.out / f"vllm_engine.{stage}.json").write_text(json.dumps(record, indent=2) + "\n")
+        KEPT.mkdir(parents=True, exist_ok=True)
+        (KEPT / f"vllm_engine.{stage}.json").write_text(json.dumps(record, indent=2) + "\n")
     table: list[Row] = []
     remarks: list[str] = []
-    for stage in ("gdn", "sampler"):
-        path = args.out / f"vllm_engine.{stage}.json"
+    for stage in ("gdn", "sampler"):  # this call's stages and an earlier call's, kept while the host is warm
+        path = KEPT / f"vllm_engine.{stage}.json"
         if path.exists():
             record = json.loads(path.read_text())
             table += [Row(**r) for r in record["rows"]]
             remarks += record["notes"]
+            shutil.copy(path, args.out / path.name)
     (args.out / "vllm_engine.md").write_text(render(table, info, remarks) + "\n")
     print(f"wrote {args.out}/vllm_engine.md ({sum(r.ok for r in table)}/{len(table)} as expected)")
     return 0 if ok else 1
