@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from jitguard.findings.model import Finding
 
 BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
+ENGINE_CHOICES = ("vllm",)
 
 
 def configure(subparsers: Any) -> None:
@@ -41,6 +42,12 @@ def configure(subparsers: Any) -> None:
         "--deep",
         action="store_true",
         help="also import the backend packages in a subprocess to catch broken installs (slower)",
+    )
+    parser.add_argument(
+        "--engine",
+        type=str.lower,
+        choices=ENGINE_CHOICES,
+        help="also list every FlashInfer choice this engine would make here, with jitguard's verdict",
     )
     parser.add_argument(
         "--compile",
@@ -72,17 +79,21 @@ def execute(args: argparse.Namespace) -> int:
     if args.compile and "flashinfer" in results:
         results["flashinfer"] = _with_probe(results["flashinfer"], _compile_probe(facts, settings))
     decision = _gdn_decision(facts)
+    engine = _engine_choices(facts) if args.engine else None
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
 
     if args.json:
         from jitguard.cli.envelope import dumps
 
-        sys.stdout.write(dumps("doctor", _payload(facts, own, results, decision, code)) + "\n")
+        payload = _payload(facts, own, results, decision, code)
+        if engine is not None:
+            payload["engine"] = engine
+        sys.stdout.write(dumps("doctor", payload) + "\n")
     else:
         from jitguard.cli.report import render_doctor
 
-        render_doctor(facts, results, decision, own=own)
+        render_doctor(facts, results, decision, own=own, engine=engine)
     return code
 
 
@@ -120,6 +131,13 @@ def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
     from jitguard.gdn.dispatch import describe_auto
 
     return describe_auto(facts=facts)
+
+
+def _engine_choices(facts: Facts) -> dict[str, Any]:
+    """Every FlashInfer choice vLLM would make here and what jitguard says to each (docs/vllm.md)."""
+    from jitguard.integrations.vllm.preview import preview
+
+    return preview(facts).to_json()
 
 
 def _payload(

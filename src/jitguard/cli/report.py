@@ -57,6 +57,7 @@ def render_doctor(
     stream: Any = None,
     *,
     own: Sequence[Finding] = (),
+    engine: Mapping[str, Any] | None = None,
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
@@ -108,6 +109,8 @@ def render_doctor(
             out.print(
                 f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
             )
+    if engine is not None:
+        render_engine(out, engine)
     order = {"jitguard": list(own), **results}
     if decision and decision.get("backend") == "none" and "torch" in results:
         # Nothing can run: the step that unblocks the last resort (torch runs anywhere) comes first.
@@ -118,6 +121,43 @@ def render_doctor(
         out.print("[bold]What to do[/]")
         for i, line in enumerate(todo, 1):
             out.print(f"  {i}. {escape(line)}")
+
+
+def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
+    """``doctor --engine vllm``: each FlashInfer choice the engine would make here and jitguard's answer."""
+    version = engine.get("version")
+    out.print()
+    label = f"vLLM {version}" if version else "vLLM (not installed here; its newest layout)"
+    out.print(f"[bold]{escape(label)}: its FlashInfer choices here[/]")
+    for row in engine.get("choices") or ():
+        blocking = [f["code"] for f in row.get("findings", ()) if f.get("severity") == "error"]
+        title, default = escape(row["title"]), escape(row["default"])
+        if not blocking:
+            known = (
+                "can work here"
+                if row.get("verified", True)
+                else "[yellow]not verified[/] (a fact is missing)"
+            )
+            built = f"; prebuilt: {', '.join(row['prebuilt'][:3])}" if row.get("prebuilt") else ""
+            out.print(f"  [bold]{title}[/]: {known}, vLLM's choice stands{escape(built)}")
+            out.print(f"    vLLM picks it for: {default}")
+        else:
+            out.print(f"  [bold]{title}[/]: [bold red]cannot work here[/] ({', '.join(blocking)})")
+            out.print(f"    when vLLM picks it ({default}): vLLM uses {escape(row['fallback'])}, one warning")
+            if row.get("named_by"):
+                named = f"; set here: {row['named_now']}" if row.get("named_now") else ""
+                out.print(
+                    f"    when you name it ({escape(row['named_by'] + named)}): the engine stops at start-up, "
+                    "with the cause and the fix"
+                )
+        site = row.get("site")
+        if site:
+            where = f"{site['module']}: {site['target']} (vLLM {site['releases']})"
+            out.print(f"    [dim]where: {escape(where)}[/]")
+    out.print(
+        "  [dim]A FlashInfer module that fails to build in the engine anyway is recorded: the next start takes "
+        "vLLM's own path at once.[/]"
+    )
 
 
 def _next_steps(results: Mapping[str, list[Finding]]) -> list[str]:

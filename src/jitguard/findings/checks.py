@@ -15,6 +15,18 @@ if TYPE_CHECKING:
     from jitguard.facts import Facts
 
 BACKENDS = ("flashinfer", "triton", "torch")
+# Pre-flight codes that doom building any FlashInfer nvcc JIT module here, whichever module (compile or link).
+JIT_BUILD_DOOM = frozenset(
+    {
+        "nvcc-missing",
+        "ninja-missing",
+        "cxx-missing",
+        "cuda-headers-missing",
+        "link-missing-libcuda",
+        "link-missing-libcudart",
+        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
+    }
+)
 
 
 def preflight(facts: Facts, backend: str) -> list[Finding]:
@@ -26,6 +38,14 @@ def preflight(facts: Facts, backend: str) -> list[Finding]:
     found += checks_packages.check(facts, backend)
     found += checks_system.check(facts, backend)
     found += checks_toolchain.check(facts, backend)
+    return sort_findings(_dedupe(found))
+
+
+def jit_preflight(facts: Facts) -> list[Finding]:
+    """Every finding about building and loading FlashInfer's nvcc JIT modules other than GDN prefill (the
+    ones an engine picks on its own: sampling, MoE, attention), most severe first. The package findings are
+    FlashInfer's; the toolchain ones apply in every FlashInfer era (``checks_toolchain.jit_build``)."""
+    found = checks_packages.check(facts, "flashinfer") + checks_toolchain.jit_build(facts)
     return sort_findings(_dedupe(found))
 
 

@@ -57,6 +57,13 @@ def check(facts: Facts, backend: str) -> list[Finding]:
         )
     # Three units, so a fact that could not be collected (say libstdc++, without pyelftools) costs only the
     # checks that read it: the link verdict still stands on its own evidence.
+    return jit_build(facts)
+
+
+def jit_build(facts: Facts) -> list[Finding]:
+    """The toolchain findings for building and loading any FlashInfer nvcc JIT module (sampling, MoE,
+    attention, ...), whatever the GDN era: FlashInfer's CuTeDSL era still builds those with nvcc and ninja,
+    and a prebuilt GDN module says nothing about them."""
     found = unit(BACKEND, lambda: _tools(facts))
     found += unit(BACKEND, lambda: _link(facts))
     return found + unit(BACKEND, lambda: _runtime_libstdcxx(facts))

@@ -30,6 +30,11 @@ _reported: set[tuple[str, str]] = set()
 _reported_lock = threading.Lock()
 
 
+class AlreadyReported(Exception):
+    """A fault that was already said once (e.g. the pre-flight that hung): whoever meets it again keeps the
+    engine's own choice without another warning."""
+
+
 class DeadlineExceeded(Exception):
     def __init__(self, what: str, seconds: float) -> None:
         super().__init__(f"{what} did not finish within {seconds:g} s (JITGUARD_PREFLIGHT_TIMEOUT)")
@@ -42,7 +47,7 @@ def report_fault(where: str, then: str, exc: BaseException) -> Finding:
     finding = fault(where, then, exc)
     key = (where, type(exc).__name__)
     with _reported_lock:
-        first = key not in _reported
+        first = key not in _reported and not isinstance(exc, AlreadyReported)
         _reported.add(key)
     if first:
         log.warning(

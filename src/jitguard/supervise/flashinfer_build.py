@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.config import Settings, default_cache_dir, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
+from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
 from jitguard.supervise.module_lock import ModuleLock
@@ -45,22 +46,9 @@ if TYPE_CHECKING:
     from jitguard.supervise.shared_build import Share, ShareOutcome
 
 
-# Pre-flight codes that doom any FlashInfer nvcc build (compile or link); other pre-flight findings are about
-# running the kernel (no GPU on a build host is fine) or about other backends.
-BUILD_BLOCKING_CODES = frozenset(
-    {
-        "nvcc-missing",
-        "ninja-missing",
-        "cxx-missing",
-        "cuda-headers-missing",
-        "link-missing-libcuda",
-        "link-missing-libcudart",
-        "memory-too-small",
-        "disk-full",
-        "cache-dir-unwritable",
-        "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
-    }
-)
+# Pre-flight codes that doom any FlashInfer nvcc build (compile or link) now; other pre-flight findings are
+# about running the kernel (no GPU on a build host is fine) or about other backends.
+BUILD_BLOCKING_CODES = JIT_BUILD_DOOM | {"memory-too-small", "disk-full", "cache-dir-unwritable"}
 # Codes that doom only the GDN prefill modules (nvcc < 12.6 cannot compile the SM90 GDN kernel).
 GDN_BLOCKING_CODES = frozenset({"nvcc-too-old"})
 GDN_MODULE_PREFIX = "gdn_prefill"

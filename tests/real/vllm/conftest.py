@@ -24,8 +24,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
-# One release per GDN layer layout: 0.21.0 is the last spring-2026 one, 0.33.0 the newest current one.
-VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.33.0").split()
+# 0.21.0 is the last spring-2026 GDN layout, 0.24.0 the release the H200 host runs (its sampler decides in
+# flashinfer_sampler_supported(), from 0.23), 0.33.0 the newest.
+VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.24.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
 # Seconds for one release: the first preparation takes 1-1.5 minutes, up to 5 on a busy machine or a slow network.
 # The test whose setup prepares it gets this much more than pytest-timeout's 600 s (which counts fixture setup).
@@ -40,14 +41,17 @@ class VllmRelease:
     version: str
     pythonpath: str
 
-    def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-        """Run scenario.py in this release's environment; (its RESULT, everything it printed)."""
+    def run(
+        self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``script`` (default scenario.py) in this release's environment; (its RESULT, everything it
+        printed)."""
         full = dict(env)
         full["PYTHONPATH"] = self.pythonpath
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(
-            [sys.executable, str(SCENARIO), json.dumps(spec)],
+            [sys.executable, str(script), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,

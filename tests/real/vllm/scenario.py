@@ -52,6 +52,10 @@ def sm90_platform() -> Any:
         def get_cuda_runtime_major(cls) -> int:
             return 13
 
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return 132  # an H200's SMs
+
     return Hopper()
 
 

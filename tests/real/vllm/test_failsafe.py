@@ -46,7 +46,7 @@ def test_a_broken_probe_leaves_vllms_choice_with_at_most_one_warning(
     release: Any, situations: Any, mode: str
 ) -> None:
     spec: dict[str, Any] = {"requests": ["auto", "flashinfer"], "layers": 2, "inject": ["gpu", mode]}
-    if mode == "raise":  # the scenario's own facts can then stand in for the host's CUDA torch
+    if mode == "raise":  # the H200 host's CUDA torch; a hanging probe must run the plugin's own collection
         spec["torch_build"] = CUDA_TORCH
     env = situations.hopper(libcuda=True)
     env["JITGUARD_PREFLIGHT_TIMEOUT"] = "3s"

@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from jitguard.decision.gdn import BackendStatus
 from jitguard.integrations import vllm as plugin
+from stand_in_vllm import write_vllm
 
 CURRENT_SOURCE = """
 def _resolve_gdn_prefill_backend(vllm_config):
@@ -38,27 +37,6 @@ def get_current_vllm_config():
 REQUESTED = "auto"
 """
 DOOMED = BackendStatus("flashinfer", False, ())
-
-
-def write_vllm(root: Path, files: dict[str, str]) -> None:
-    for relative, source in {"vllm/__init__.py": "", **files}.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for parent in path.relative_to(root).parents:
-            if str(parent) not in (".", "") and not (root / parent / "__init__.py").exists():
-                (root / parent / "__init__.py").write_text("")
-        path.write_text(textwrap.dedent(source))
-
-
-@pytest.fixture
-def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
-    yield tmp_path
-    plugin.unregister()
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
 
 
 CURRENT_PATH = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"

@@ -1,8 +1,8 @@
 """The one catalog of finding codes. Pre-flight checks and the log classifier both build findings from it,
 so a cause diagnosed before a build and after it carries the same code and fix.
 
-Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``, ``jitguard``); this
-module joins them and refuses duplicates.
+Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``, ``engine``,
+``jitguard``); this module joins them and refuses duplicates.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jitguard.findings.catalog import build, flashinfer, gdn, jitguard, system, toolchain
+from jitguard.findings.catalog import build, engine, flashinfer, gdn, jitguard, system, toolchain
 from jitguard.findings.model import CatalogEntry, Finding, Fix, Severity
 
 
@@ -26,7 +26,15 @@ def _join(groups: Iterable[tuple[CatalogEntry, ...]]) -> dict[str, CatalogEntry]
 
 
 CATALOG: dict[str, CatalogEntry] = _join(
-    (toolchain.ENTRIES, system.ENTRIES, flashinfer.ENTRIES, build.ENTRIES, gdn.ENTRIES, jitguard.ENTRIES)
+    (
+        toolchain.ENTRIES,
+        system.ENTRIES,
+        flashinfer.ENTRIES,
+        build.ENTRIES,
+        gdn.ENTRIES,
+        engine.ENTRIES,
+        jitguard.ENTRIES,
+    )
 )
 
 

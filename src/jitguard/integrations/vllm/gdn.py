@@ -1,52 +1,39 @@
-"""vLLM plugin: guard vLLM's GDN prefill backend choice and every FlashInfer JIT build in the engine.
+"""vLLM's GDN prefill backend choice: found by name in each released layout of vLLM's GDN layer.
 
-vLLM calls the ``vllm.general_plugins`` entry point ``jitguard = "jitguard.integrations.vllm:register"`` in
-every process it starts (API server, engine core, each worker), before the model is built; a process may call
-it more than once. ``register()`` is cheap: it imports neither vLLM nor torch nor FlashInfer, and does nothing
-at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
+- vLLM 0.22 and later: ``vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py``,
+  ``_resolve_gdn_prefill_backend(vllm_config) -> (requested, active)``;
+- vLLM 0.19 - 0.21 (spring 2026): ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
+  ``ChunkGatedDeltaRule.__init__`` sets ``_forward_method`` to ``forward_cuda`` (FlashInfer) or
+  ``forward_native`` (Triton/FLA);
+- vLLM 0.17 - 0.18: the same ``ChunkGatedDeltaRule`` in ``vllm/model_executor/models/qwen3_next.py``
+  (0.17 has no ``--gdn-prefill-backend``: FlashInfer on every SM90).
 
-It does two things:
-
-- **The GDN prefill backend choice.** Where a released vLLM decides between FlashInfer and Triton/FLA for
-  Gated DeltaNet prefill, found by name and patched the moment its module is imported (``LAYOUTS``):
-
-  - vLLM 0.22 and later: ``vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py``,
-    ``_resolve_gdn_prefill_backend(vllm_config) -> (requested, active)``;
-  - vLLM 0.19 - 0.21 (spring 2026): ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
-    ``ChunkGatedDeltaRule.__init__`` sets ``_forward_method`` to ``forward_cuda`` (FlashInfer) or
-    ``forward_native`` (Triton/FLA);
-  - vLLM 0.17 - 0.18: the same ``ChunkGatedDeltaRule`` in ``vllm/model_executor/models/qwen3_next.py``
-    (0.17 has no ``--gdn-prefill-backend``: FlashInfer on every SM90).
-
-  Only a choice of FlashInfer is examined; then jitguard asks ``backend_status("flashinfer")`` (pre-flight
-  findings on this machine's facts + the failure cache), once per process:
-  usable -> vLLM's choice stands; not usable and requested ``auto`` -> Triton/FLA, with one warning per
-  process naming the finding code and its fix; not usable and ``--gdn-prefill-backend flashinfer`` ->
-  ``BackendUnavailable`` at engine init instead of a silent ~1 h build, a hang or a failure at the first
-  prefill. Every other choice (``triton``, ``cutedsl``, a GPU FlashInfer does not serve) is left alone.
-  Ranks decide alike: the verdict depends only on the facts of the host and the failure cache, never on the
-  rank, and is taken once per process so every layer (and vLLM's GDN attention metadata builder, which asks
-  the same function) agrees.
-- **FlashInfer builds.** ``jitguard.install()``: every FlashInfer nvcc JIT build in the engine (GDN,
-  sampling, MoE, ...) is memory-bounded, watched and shared by the ranks.
+Only a choice of FlashInfer is examined; then jitguard asks FlashInfer's GDN status (pre-flight findings on
+this machine's facts, the failure cache, the recorded failures of FlashInfer's own GDN modules), once per
+process: usable -> vLLM's choice stands; not usable and requested ``auto`` -> Triton/FLA, with one warning per
+process naming the finding code and its fix; not usable and ``--gdn-prefill-backend flashinfer`` ->
+``BackendUnavailable`` at engine init instead of a silent ~1 h build, a hang or a failure at the first
+prefill. Every other choice (``triton``, ``cutedsl``, a GPU FlashInfer does not serve) is left alone. Ranks
+decide alike: the verdict depends only on the facts of the host and the failure cache, never on the rank, and
+is taken once per process so every layer (and vLLM's GDN attention metadata builder, which asks the same
+function) agrees.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
+from jitguard.decision.engine import GDN_PREFILL
 from jitguard.decision.gdn import UNVERIFIED
 from jitguard.errors import BackendUnavailable
-from jitguard.integrations.boundary import report_fault, shielded, with_deadline
-from jitguard.integrations.import_hooks import PostImportHook
+from jitguard.integrations.boundary import report_fault, shielded
+from jitguard.integrations.vllm.sites import Guards, Site, layout_moved, mark, original_of, route_logs
 
 if TYPE_CHECKING:
     from jitguard.decision.gdn import BackendStatus
@@ -60,7 +47,6 @@ TRITON = "triton"
 # The name vLLM gives the option, in its config (additional_config) and on its command line.
 OPTION = "gdn_prefill_backend"
 FLAG = "--gdn-prefill-backend"
-_MARK = "__jitguard_original__"
 
 StatusProvider = Callable[[], "BackendStatus"]
 Action = Literal["keep", "fallback", "refuse"]
@@ -150,10 +136,12 @@ class VllmBackendUnavailable(BackendUnavailable):
 
 # ---- per-process state: one status, one warning -----------------------------------------------------------
 def default_status() -> BackendStatus:
-    """FlashInfer's status from this process's facts and the failure cache (the GDN resolver's answer)."""
-    from jitguard.gdn.dispatch import backend_status
+    """FlashInfer GDN prefill's status on this process's facts (collected once, within the pre-flight deadline,
+    shared with every other choice), the failure cache and the recorded failures of FlashInfer's GDN modules."""
+    from jitguard.integrations.choices import gdn_status
+    from jitguard.integrations.vllm import engine_facts
 
-    return backend_status(FLASHINFER)
+    return gdn_status(engine_facts().get())
 
 
 class GdnGuard:
@@ -174,18 +162,18 @@ class GdnGuard:
             self._announced.clear()
 
     def status(self) -> BackendStatus:
-        """FlashInfer's status, taken once; a pre-flight that hangs (a wedged driver, a stuck filesystem) is
-        given up after JITGUARD_PREFLIGHT_TIMEOUT, so the engine never waits on jitguard."""
+        """FlashInfer's status, taken once. (The facts behind it are collected within
+        JITGUARD_PREFLIGHT_TIMEOUT, so the engine never waits on a pre-flight that hangs.)"""
         with self._lock:
             if self._status is None:
-                self._status = with_deadline("jitguard's FlashInfer pre-flight", self._provider)
+                self._status = self._provider()
             return self._status
 
     def choose(self, requested: str, chosen: str) -> str:
         """The backend vLLM should use; raises VllmBackendUnavailable for an explicit FlashInfer that cannot
         work. A crash in jitguard's own checks leaves vLLM's choice in place (warned once)."""
         with self._lock:
-            _route_logs()  # vLLM may have configured its logging only after register() ran
+            route_logs()  # vLLM may have configured its logging only after register() ran
             if self._status_failed and chosen == FLASHINFER:
                 return chosen
             try:
@@ -237,15 +225,15 @@ class GdnGuard:
 
 
 # ---- the patches, one per layout --------------------------------------------------------------------------
-def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
+def _patch_current(module: ModuleType, guards: Guards) -> bool:
     """vLLM >= 0.22: wrap ``_resolve_gdn_prefill_backend(vllm_config) -> (requested, active)``. Callers look
     the name up in the module at call time (the layer, the attention metadata builder, other GDN layers'
     ``from ... import``), so replacing the module attribute reaches all of them."""
     original = getattr(module, CURRENT.target, None)
     if not callable(original):
-        _layout_moved(module.__name__, CURRENT.target)
+        layout_moved(module.__name__, CURRENT.target, OP)
         return False
-    if hasattr(original, _MARK):
+    if original_of(original) is not None:
         return True
 
     @functools.wraps(original)
@@ -258,19 +246,18 @@ def _patch_current(module: ModuleType, guard: GdnGuard) -> bool:
         backend = shielded(
             "vLLM's GDN prefill choice",
             f"vLLM's choice ({active}) stands",
-            lambda: guard.choose(normalise_request(requested), str(active)),
+            lambda: guards.gdn.choose(normalise_request(requested), str(active)),
             lambda: str(active),
         )
         if backend == FLASHINFER:
             _expect_gdn_variants(args[0] if args else kwargs.get("vllm_config"))
         return result if backend == active else (requested, backend)
 
-    setattr(resolve_gdn_prefill_backend, _MARK, original)
-    setattr(module, CURRENT.target, resolve_gdn_prefill_backend)
+    setattr(module, CURRENT.target, mark(resolve_gdn_prefill_backend, original))
     return True
 
 
-def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
+def _patch_op_init(module: ModuleType, guards: Guards) -> bool:
     """vLLM 0.17-0.21: the choice lives in ``ChunkGatedDeltaRule.__init__``, which reads the option (0.18+)
     from the current vLLM config and sets ``self._forward_method`` to ``forward_cuda`` (FlashInfer) or
     ``forward_native`` (Triton/FLA). Wrap it and correct the method it picked. (In later releases
@@ -281,9 +268,9 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
         if module.__name__ == MODEL_FILE.module:  # later releases keep only the model here: expected
             log.debug("jitguard: %s defines no ChunkGatedDeltaRule; nothing to guard there", module.__name__)
         else:
-            _layout_moved(module.__name__, "ChunkGatedDeltaRule.__init__")
+            layout_moved(module.__name__, "ChunkGatedDeltaRule.__init__", OP)
         return False
-    if hasattr(original, _MARK):
+    if original_of(original) is not None:
         return True
 
     def requested_backend() -> str:
@@ -299,7 +286,7 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
         backend = shielded(
             "vLLM's GDN prefill choice",
             "vLLM's choice (flashinfer) stands",
-            lambda: guard.choose(requested_backend(), FLASHINFER),
+            lambda: guards.gdn.choose(requested_backend(), FLASHINFER),
             lambda: FLASHINFER,
         )
         if backend != FLASHINFER:
@@ -308,8 +295,7 @@ def _patch_op_init(module: ModuleType, guard: GdnGuard) -> bool:
             get_config = getattr(module, "get_current_vllm_config", None)
             _expect_gdn_variants(get_config() if callable(get_config) else None)
 
-    setattr(__init__, _MARK, original)
-    cls.__init__ = __init__
+    cls.__init__ = mark(__init__, original)
     return True
 
 
@@ -334,158 +320,40 @@ def _expect_gdn_variants(vllm_config: Any) -> None:
     )
 
 
-def _layout_moved(module: str, target: str) -> None:
-    """vLLM's code moved under jitguard: say so once; vLLM then runs exactly as without jitguard."""
-    log.warning(
-        "jitguard: [jitguard-fault] %s has no %s as jitguard knows it (this vLLM moved it); the GDN prefill "
-        "choice is vLLM's own, unguarded. Fix: upgrade jitguard (`pip install -U .` from a newer checkout).",
-        module,
-        target,
-    )
-
-
-_PATCHES: dict[str, Callable[[ModuleType, GdnGuard], bool]] = {
-    CURRENT.module: _patch_current,
-    SPRING_2026.module: _patch_op_init,
-    MODEL_FILE.module: _patch_op_init,
-}
-
-
 def _unpatch(module: ModuleType) -> None:
     if module.__name__ == CURRENT.module:
-        wrapped = getattr(module, CURRENT.target, None)
-        if hasattr(wrapped, _MARK):
-            setattr(module, CURRENT.target, getattr(wrapped, _MARK))
+        original = original_of(getattr(module, CURRENT.target, None))
+        if original is not None:
+            setattr(module, CURRENT.target, original)
         return
     cls = module.__dict__.get("ChunkGatedDeltaRule")
-    if cls is not None and hasattr(cls.__init__, _MARK):
-        cls.__init__ = getattr(cls.__init__, _MARK)
+    original = original_of(getattr(cls, "__init__", None))
+    if cls is not None and original is not None:
+        cls.__init__ = original
 
 
-def _apply(module: ModuleType) -> None:
-    """Patch a freshly imported layout module; never let a surprise in vLLM's code break its import."""
-    patched = shielded(
-        f"patching {module.__name__}",
-        "vLLM's GDN prefill choice is its own, unguarded",
-        lambda: _PATCHES[module.__name__](module, _guard),
-        lambda: False,
-    )
-    if patched:
-        log.debug("jitguard: guarding the GDN prefill backend choice in %s", module.__name__)
-
-
-class _LayoutImportHook(PostImportHook):
-    """Patches a layout module as it is imported, without jitguard importing vLLM's model code in processes
-    that never build a GDN model (a class of its own, so it can be told apart on ``sys.meta_path``)."""
-
-    def __init__(self) -> None:
-        super().__init__(_PATCHES, _apply)
-
-
-# ---- the entry point --------------------------------------------------------------------------------------
-_guard = GdnGuard()
-_hook: _LayoutImportHook | None = None
-_lock = threading.RLock()
-
-
-def vllm_installed() -> bool:
-    """Whether ``vllm`` can be imported here, without importing it."""
-    try:
-        return importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def register(*, status: StatusProvider | None = None) -> bool:
-    """The ``vllm.general_plugins`` entry point (idempotent). Returns whether jitguard now guards vLLM.
-
-    ``status`` replaces how FlashInfer's status is obtained (default: ``jitguard.gdn.dispatch.backend_status``
-    on this process's facts), e.g. ``lambda: backend_status("flashinfer", facts=facts)``. Never raises: vLLM
-    does not catch a plugin's errors, and a misconfigured guard must not take serving down.
-    """
-    try:
-        return _register(status)
-    except Exception as exc:
-        log.error(
-            "jitguard: the vLLM plugin stays off in this process: %s", exc, exc_info=not _is_config(exc)
-        )
-        return False
-
-
-def _register(status: StatusProvider | None) -> bool:
-    global _hook
-    if not vllm_installed():
-        return False
-    from jitguard.config import Settings
-
-    if Settings.from_env().disabled:
-        return False
-    with _lock:
-        if status is not None:
-            _guard.set_status(status)
-        if _hook is None:
-            _route_logs()
-            _hook = _LayoutImportHook()
-            _hook.install()
-            for name in _PATCHES:
-                module = sys.modules.get(name)
-                if module is not None:
-                    _apply(module)
-            _install_build_hook()
-    return True
-
-
-def unregister() -> None:
-    """Undo ``register()`` in this process: vLLM's functions back, the import hook gone (tests; a process that
-    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer``)."""
-    global _hook
-    with _lock:
-        if _hook is not None:
-            _hook.uninstall()
-        _hook = None
-        for name in _PATCHES:
-            module = sys.modules.get(name)
-            if module is not None:
-                _unpatch(module)
-        _guard.set_status(None)
-
-
-def is_registered() -> bool:
-    """Whether ``register()`` is in effect in this process."""
-    return _hook is not None
-
-
-def guard() -> GdnGuard:
-    """This process's guard (what ``register()`` consults)."""
-    return _guard
-
-
-def _install_build_hook() -> None:
-    try:
-        import jitguard
-
-        active = jitguard.install()
-    except Exception:
-        log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
-        return
-    log.debug("jitguard: FlashInfer JIT build hook %s", "active" if active else "not active")
-
-
-def _route_logs() -> None:
-    """Show jitguard's log lines in vLLM's log, in vLLM's format: vLLM configures only its own 'vllm' logger,
-    so without this jitguard's INFO lines (build progress, waits on another rank) would be lost. Does nothing
-    when the application configured logging itself, or vLLM has not (yet)."""
-    ours = logging.getLogger("jitguard")
-    theirs = logging.getLogger("vllm")
-    if ours.handlers or logging.getLogger().handlers or not theirs.handlers:
-        return
-    for handler in theirs.handlers:
-        ours.addHandler(handler)
-    ours.setLevel(theirs.level or logging.INFO)
-    ours.propagate = False
-
-
-def _is_config(exc: BaseException) -> bool:
-    from jitguard.errors import UsageError
-
-    return isinstance(exc, UsageError)
+_NAMED = f"{FLAG} {FLASHINFER} (additional_config {OPTION})"
+_ANSWER = "Triton/FLA: the resolver's answer, or ChunkGatedDeltaRule._forward_method = forward_native"
+SITES = (
+    Site(GDN_PREFILL, CURRENT.module, CURRENT.target, "0.22-0.33", _NAMED, _ANSWER, _patch_current, _unpatch),
+    Site(
+        GDN_PREFILL,
+        SPRING_2026.module,
+        SPRING_2026.target,
+        "0.19-0.21",
+        _NAMED,
+        _ANSWER,
+        _patch_op_init,
+        _unpatch,
+    ),
+    Site(
+        GDN_PREFILL,
+        MODEL_FILE.module,
+        MODEL_FILE.target,
+        "0.17-0.18",
+        f"{_NAMED}; 0.17 has no option (FlashInfer on every SM90)",
+        _ANSWER,
+        _patch_op_init,
+        _unpatch,
+    ),
+)

@@ -1,0 +1,77 @@
+"""One real vLLM engine start on a small Qwen3-Next (random weights, no download, no tokenizer), for
+``benchmarks/vllm_engine.py`` and ``tests/gpu/vllm``:
+
+    python benchmarks/vllm_engine_start.py model DIR                        # write the model's config.json
+    python benchmarks/vllm_engine_start.py serve DIR auto|triton|flashinfer greedy|top
+
+``serve`` prints ``BENCH READY <monotonic>`` once the engine is up, ``BENCH TTFT <s>`` for a one-token
+generate and ``BENCH GENERATED <n>`` for an 8-token one; ``top`` samples with top-k/top-p (vLLM's
+FlashInfer sampler, unless it is off), ``greedy`` does not. Eager mode, TP1, Triton attention.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+
+def write_model(directory: Path) -> Path:
+    """A 4-layer Qwen3-Next (layers 0-2 GDN, 3 full attention) with the real model's GDN heads (K = V = 128)."""
+    from transformers import Qwen3NextConfig
+
+    config = Qwen3NextConfig(
+        hidden_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=128,
+        intermediate_size=1024,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        vocab_size=2048,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=256,
+        shared_expert_intermediate_size=256,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config.architectures = ["Qwen3NextForCausalLM"]
+    config.save_pretrained(directory)
+    return directory
+
+
+def serve(model: str, gdn: str, sampling: str) -> None:
+    from vllm import LLM, SamplingParams
+
+    kwargs = dict(
+        model=model,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        max_model_len=1024,
+        gpu_memory_utilization=0.25,
+        dtype="bfloat16",
+        attention_backend="TRITON_ATTN",
+    )
+    if gdn != "auto":
+        kwargs["gdn_prefill_backend"] = gdn
+    llm = LLM(**kwargs)
+    print("BENCH READY", time.monotonic(), flush=True)
+    top = dict(temperature=0.8, top_k=20, top_p=0.9) if sampling == "top" else dict(temperature=0.0)
+    prompt = {"prompt_token_ids": list(range(1, 200))}  # a prefill long enough for the chunked GDN kernel
+    start = time.monotonic()
+    llm.generate([prompt], SamplingParams(max_tokens=1, detokenize=False, **top))
+    print("BENCH TTFT", time.monotonic() - start, flush=True)
+    out = llm.generate([prompt], SamplingParams(max_tokens=8, detokenize=False, **top))
+    print("BENCH GENERATED", len(out[0].outputs[0].token_ids), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "model":
+        write_model(Path(sys.argv[2]))
+    else:
+        serve(*sys.argv[2:5])

@@ -1,0 +1,258 @@
+"""The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each.
+
+One table (``CHOICES``): GDN prefill, the top-k/top-p sampler, attention (and its FP8 KV cache), fused MoE,
+and FlashInfer's other kernels. Each JIT-compiles FlashInfer modules on first use; a compile or link failure
+there kills engine start-up (vLLM issue #50705). For each, the same question with the same facts and the
+same failure cache: can its modules be built (or are they prebuilt) and loaded here?
+
+- usable: the engine's choice stands;
+- not usable, and the engine picked it on its own: its own non-FlashInfer path, with one warning;
+- not usable, and the user named it: a clear stop at start-up (``ChoiceUnavailable``).
+
+Unknown is not "doomed" (docs/failsafe.md): a fact that could not be collected is a warning that blocks
+nothing; only positive evidence (a failed trial link, a missing tool, a recorded failure) changes what the
+engine does. Everything here is pure: findings in, a verdict out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jitguard.decision.gdn import UNVERIFIED
+from jitguard.errors import BackendUnavailable
+from jitguard.findings.checks import JIT_BUILD_DOOM
+from jitguard.findings.model import Finding, sort_findings
+
+CACHED_FAILURE = "flashinfer-cached-failure"
+BUILD_DOOM = JIT_BUILD_DOOM  # findings that doom building a FlashInfer nvcc JIT module here
+# Findings that doom using any FlashInfer module, built or prebuilt.
+LOAD_DOOM = frozenset(
+    {"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE}
+)
+
+Action = Literal["keep", "fallback", "refuse"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One place where an engine may pick a FlashInfer JIT path.
+
+    ``modules``: FlashInfer module-name prefixes its first use builds (a module is named after its variant);
+    ``needs``: the prefixes that must all be prebuilt for nothing to compile (default: all of ``modules``).
+    ``gdn``: GDN prefill's verdict is the GDN op's own (``jitguard.gdn``: every blocking finding counts)."""
+
+    key: str
+    title: str
+    modules: tuple[str, ...]
+    default: str  # when the engine picks it on its own
+    named_by: str | None  # how a user asks for it by name; None: it cannot be named on its own
+    fallback: str  # the engine's own path without it
+    needs: tuple[str, ...] = ()
+    gdn: bool = False
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.needs or self.modules
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "choice": self.key,  # not "key": the JSON envelope redacts any field named like a secret
+            "title": self.title,
+            "modules": list(self.modules),
+            "default": self.default,
+            "named_by": self.named_by,
+            "fallback": self.fallback,
+        }
+
+
+_ATTENTION_MODULES = (
+    "batch_prefill",
+    "batch_decode",
+    "single_prefill",
+    "single_decode",
+    "batch_attention",
+    "pod",
+    "cascade",
+    "page",
+    "trtllm_fmha",
+    "fmha_cutlass",
+    "xqa",
+)
+
+GDN_PREFILL = Choice(
+    "gdn-prefill",
+    "FlashInfer GDN prefill",
+    ("gdn_prefill",),
+    default="Qwen3.5 / Qwen3-Next on Hopper (SM90), --gdn-prefill-backend auto",
+    named_by="--gdn-prefill-backend flashinfer",
+    fallback="Triton/FLA (same results, slower prefill)",
+    gdn=True,
+)
+SAMPLER = Choice(
+    "sampler",
+    "FlashInfer top-k/top-p sampler",
+    ("sampling", "topk"),  # 0.7's sampler also takes its radix top-k from the topk module
+    default=(
+        "every CUDA GPU FlashInfer supports, from vLLM 0.21 (VLLM_USE_FLASHINFER_SAMPLER defaults on; "
+        "0.17-0.20 only when it is set to 1)"
+    ),
+    named_by="VLLM_USE_FLASHINFER_SAMPLER=1",
+    fallback="the PyTorch-native sampler (same distribution)",
+    needs=("sampling",),
+)
+ATTENTION = Choice(
+    "attention",
+    "FlashInfer attention",
+    _ATTENTION_MODULES,
+    default="Blackwell (SM100) first in vLLM's priority list; elsewhere when FlashAttention cannot serve",
+    named_by="--attention-backend FLASHINFER (or VLLM_ATTENTION_BACKEND=FLASHINFER)",
+    fallback="the next valid backend in its priority list (FlashAttention, Triton, FlexAttention)",
+    needs=("batch_prefill", "batch_decode"),
+)
+KV_CACHE = Choice(
+    "kv-cache",
+    "FlashInfer attention with an FP8 KV cache",
+    _ATTENTION_MODULES,
+    default="--kv-cache-dtype fp8* where FlashInfer is the attention backend vLLM picks",
+    named_by="--attention-backend FLASHINFER with --kv-cache-dtype fp8",
+    fallback="the next valid backend for the FP8 KV cache in its priority list",
+    needs=("batch_prefill", "batch_decode"),
+)
+MOE = Choice(
+    "moe",
+    "FlashInfer fused MoE (CUTLASS / TRT-LLM)",
+    ("fused_moe", "moe_utils"),
+    default=(
+        "unquantized MoE on every CUDA GPU in vLLM 0.20-0.22, Hopper included (0.17-0.19: only with "
+        "VLLM_USE_FLASHINFER_MOE_FP16=1; 0.23+: not on Hopper); quantized (FP8/FP4) MoE on Blackwell"
+    ),
+    named_by="--moe-backend flashinfer_* (or VLLM_USE_FLASHINFER_MOE_*=1)",
+    fallback="its Triton fused MoE",
+    needs=("fused_moe",),
+)
+KERNELS = Choice(
+    "flashinfer-ops",
+    "FlashInfer's other JIT kernels",
+    (
+        "comm",
+        "trtllm_comm",
+        "trtllm_mnnvl",
+        "gemm",
+        "fp8",
+        "fp4",
+        "norm",
+        "rope",
+        "activation",
+        "quantization",
+    ),
+    default="all-reduce fusion (TP > 1 on Hopper/Blackwell), FP8/FP4 GEMMs, FlashInfer autotuning",
+    named_by=None,  # vLLM only asks has_flashinfer()
+    fallback="its own kernels, as on a host without FlashInfer's JIT",
+)
+CHOICES: tuple[Choice, ...] = (GDN_PREFILL, SAMPLER, ATTENTION, KV_CACHE, MOE, KERNELS)
+BY_KEY = {c.key: c for c in CHOICES}
+
+
+@dataclass(frozen=True)
+class ChoiceStatus:
+    """Can ``choice``'s FlashInfer modules be built (or are they prebuilt) and loaded here? ``findings`` are
+    the ones about it, most severe first; ``prebuilt`` the modules found built."""
+
+    choice: Choice
+    usable: bool
+    findings: tuple[Finding, ...] = ()
+    prebuilt: tuple[str, ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return not any(f.code == UNVERIFIED for f in self.findings)
+
+    @property
+    def blocking(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.blocking)
+
+    @property
+    def primary(self) -> Finding | None:
+        """The finding a one-line message names: a classified cause before a generic one."""
+        blocking = self.blocking
+        if blocking:
+            return next((f for f in blocking if f.code != CACHED_FAILURE), None) or blocking[0]
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "usable": self.usable,
+            "verified": self.verified,
+            "prebuilt": list(self.prebuilt),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def assess(
+    choice: Choice,
+    preflight: Sequence[Finding],
+    known: Sequence[Finding] = (),
+    prebuilt: Sequence[str] = (),
+    *,
+    jit_cache: bool = False,
+) -> ChoiceStatus:
+    """The status of ``choice`` from the pre-flight findings (``findings.checks.jit_preflight``; for GDN
+    prefill the GDN op's own status), the findings about its modules themselves (``known``: recorded
+    failures, the load check of a prebuilt module) and the names of its prebuilt modules. ``jit_cache``: a
+    matching flashinfer-jit-cache is installed, so every module is prebuilt."""
+    if choice.gdn:
+        kept = list(preflight)
+    else:
+        built = jit_cache or all(any(m.startswith(p) for m in prebuilt) for p in choice.required)
+        doomed = LOAD_DOOM if built else BUILD_DOOM | LOAD_DOOM
+        kept = [f for f in preflight if f.code in doomed or f.code == UNVERIFIED]
+    findings = tuple(sort_findings([*kept, *known]))
+    return ChoiceStatus(choice, not any(f.blocking for f in findings), findings, tuple(prebuilt))
+
+
+@dataclass(frozen=True)
+class ChoiceVerdict:
+    """What the engine should do with its choice of ``status.choice``."""
+
+    status: ChoiceStatus
+    named: bool
+    action: Action
+
+    @property
+    def choice(self) -> Choice:
+        return self.status.choice
+
+
+def verdict(status: ChoiceStatus, *, named: bool) -> ChoiceVerdict:
+    """The engine chose FlashInfer for ``status.choice`` (``named``: because the user asked for it)."""
+    if status.usable:
+        return ChoiceVerdict(status, named, "keep")
+    return ChoiceVerdict(status, named, "refuse" if named else "fallback")
+
+
+class ChoiceUnavailable(BackendUnavailable):
+    """A FlashInfer path the user named cannot work here: the engine stops at start-up, saying why and what
+    to type instead of building for minutes and failing."""
+
+    def __init__(self, status: ChoiceStatus, named_by: str, instead: str, engine: str = "vllm") -> None:
+        self.status = status
+        self.named_by = named_by
+        self.instead = instead
+        self.engine = engine
+        super().__init__(status.choice.title, "flashinfer", status.blocking or status.findings, None)
+
+    def _message(self) -> str:
+        choice = self.status.choice
+        lines = [
+            f"jitguard: {choice.title} was requested ({self.named_by}) but cannot work here, so the engine "
+            "stops now instead of building it and failing later."
+        ]
+        for f in self.findings:
+            lines += f.render_lines()
+        lines.append(f"  Or {self.instead}: jitguard then lets the engine use {choice.fallback} here.")
+        lines.append(
+            f"  Details: `jitguard doctor --engine {self.engine}`. To run without jitguard: JITGUARD_DISABLE=1."
+        )
+        return "\n".join(lines)

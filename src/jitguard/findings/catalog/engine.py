@@ -1,0 +1,42 @@
+"""Finding codes of the 'engine' area: a FlashInfer JIT path an engine (vLLM) chooses on its own, such as
+its sampler, attention or MoE kernels. See docs/findings.md and docs/vllm.md."""
+
+from __future__ import annotations
+
+from jitguard.findings.model import CatalogEntry, FixTemplate
+
+_AREA = "engine"
+
+ENTRIES: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        code="flashinfer-cached-failure",
+        severity="error",
+        title="{title}: FlashInfer's {module} module failed here before; not retried",
+        cause=(
+            "jitguard recorded a failure of the FlashInfer JIT module {module} in this same environment "
+            "(fingerprint {fingerprint}): {previous}. Building it again would fail the same way, so the engine "
+            "takes its own path without it until something in the environment changes."
+        ),
+        fixes=(
+            FixTemplate(
+                "Fix the cause recorded with the failure; the entry is listed by:", "jitguard cache list"
+            ),
+            FixTemplate(
+                "Forget the failure to make the engine try FlashInfer again at its next start:",
+                "jitguard cache clear --module {module} --yes",
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-module-prebuilt",
+        severity="info",
+        title="{title}: FlashInfer's {module} module is already built here",
+        cause=(
+            "FlashInfer loads {path} ({source}) instead of compiling it, so the JIT toolchain (nvcc, ninja, "
+            "the host compiler, -lcuda) does not matter for it; only its load is checked."
+        ),
+        fixes=(),
+        area=_AREA,
+    ),
+)

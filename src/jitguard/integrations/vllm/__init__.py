@@ -1,0 +1,220 @@
+"""vLLM plugin: guard every place where vLLM chooses a FlashInfer JIT path, and every FlashInfer JIT build in
+the engine.
+
+vLLM calls the ``vllm.general_plugins`` entry point ``jitguard = "jitguard.integrations.vllm:register"`` in
+every process it starts (API server, engine core, each worker), before the model is built; a process may call
+it more than once. ``register()`` is cheap: it imports neither vLLM nor torch nor FlashInfer, and does nothing
+at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
+
+It does two things:
+
+- **The choices.** Each place where a released vLLM (0.17 - 0.33) picks a FlashInfer JIT path is found by
+  name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill
+  (``gdn``), the top-k/top-p sampler (``sampler``), the attention backend and its FP8 KV cache
+  (``attention``), fused MoE and FlashInfer's other kernels (``gates``). When vLLM picks FlashInfer there,
+  jitguard judges it once per process from this machine's facts, the failure cache and the prebuilt modules
+  (``jitguard.decision.engine``): it stands when it can work; otherwise vLLM takes its own non-FlashInfer path
+  with one warning, or, when the user named FlashInfer, the engine stops at init with the cause and the fix.
+  Every rank decides alike (host facts only, never the rank).
+- **FlashInfer builds.** ``jitguard.install()``: every FlashInfer nvcc JIT build in the engine is
+  memory-bounded, watched and shared by the ranks, and a failed one is classified and recorded, so the next
+  start takes vLLM's own path at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from jitguard.integrations.boundary import shielded
+from jitguard.integrations.choices import ChoiceGuard, EngineFacts
+from jitguard.integrations.import_hooks import PostImportHook
+from jitguard.integrations.vllm import attention, gates, gdn, sampler
+from jitguard.integrations.vllm.gdn import (
+    CURRENT,
+    LAYOUTS,
+    MODEL_FILE,
+    SPRING_2026,
+    GdnGuard,
+    Layout,
+    Verdict,
+    VllmBackendUnavailable,
+    decide,
+    default_status,
+    normalise_request,
+)
+from jitguard.integrations.vllm.sites import Guards, Site, route_logs
+
+if TYPE_CHECKING:
+    from jitguard.decision.gdn import BackendStatus
+    from jitguard.facts import Facts
+
+__all__ = [
+    "CURRENT",
+    "LAYOUTS",
+    "MODEL_FILE",
+    "SITES",
+    "SPRING_2026",
+    "GdnGuard",
+    "Layout",
+    "Verdict",
+    "VllmBackendUnavailable",
+    "decide",
+    "default_status",
+    "guard",
+    "is_registered",
+    "normalise_request",
+    "register",
+    "unregister",
+]
+
+log = logging.getLogger("jitguard.vllm")
+ENGINE = "vLLM"
+SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *gates.SITES)
+_BY_MODULE: dict[str, tuple[Site, ...]] = {}
+for _site in SITES:
+    _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)
+_route_logs = route_logs  # the name tests and older callers use
+
+_facts = EngineFacts()
+_guards = Guards(GdnGuard(), ChoiceGuard(ENGINE, _facts))
+_hook: _SiteImportHook | None = None
+_lock = threading.RLock()
+
+
+def engine_facts() -> EngineFacts:
+    """The facts every choice in this process is judged on (collected once, within the pre-flight deadline)."""
+    return _facts
+
+
+def _apply(module: ModuleType) -> None:
+    """Patch a freshly imported module at every site it holds; never let a surprise in vLLM's code break its
+    import."""
+    for site in _BY_MODULE.get(module.__name__, ()):
+        patched = shielded(
+            f"patching {module.__name__}",
+            f"vLLM's {site.choice.title} choice is its own, unguarded",
+            lambda site=site: site.apply(module, _guards),  # type: ignore[misc]
+            lambda: False,
+        )
+        if patched:
+            log.debug("jitguard: guarding %s in %s.%s", site.choice.title, module.__name__, site.target)
+
+
+class _SiteImportHook(PostImportHook):
+    """Patches a site's module as it is imported, without jitguard importing vLLM's code in processes that
+    never use it (a class of its own, so it can be told apart on ``sys.meta_path``)."""
+
+    def __init__(self) -> None:
+        super().__init__(_BY_MODULE, _apply)
+
+
+# ---- the entry point --------------------------------------------------------------------------------------
+def vllm_installed() -> bool:
+    """Whether ``vllm`` can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def register(
+    *,
+    status: Callable[[], BackendStatus] | None = None,
+    facts: Callable[[], Facts] | None = None,
+) -> bool:
+    """The ``vllm.general_plugins`` entry point (idempotent). Returns whether jitguard now guards vLLM.
+
+    ``status`` replaces how FlashInfer GDN prefill's status is obtained (default: the GDN op's status on the
+    facts below, plus the recorded failures of FlashInfer's GDN modules); ``facts`` how this process's facts
+    are collected (default: ``jitguard.facts.collect``, once). Never raises: vLLM does not catch a plugin's
+    errors, and a misconfigured guard must not take serving down.
+    """
+    try:
+        return _register(status, facts)
+    except Exception as exc:
+        log.error(
+            "jitguard: the vLLM plugin stays off in this process: %s", exc, exc_info=not _is_config(exc)
+        )
+        return False
+
+
+def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Facts] | None) -> bool:
+    global _hook, _facts
+    if not vllm_installed():
+        return False
+    from jitguard.config import Settings
+
+    if Settings.from_env().disabled:
+        return False
+    with _lock:
+        if facts is not None:
+            _facts = EngineFacts(facts)
+            _guards.choices.set_facts(_facts)
+            _guards.gdn.set_status(status)
+        elif status is not None:
+            _guards.gdn.set_status(status)
+        if _hook is None:
+            route_logs()
+            _hook = _SiteImportHook()
+            _hook.install()
+            for name in _BY_MODULE:
+                module = sys.modules.get(name)
+                if module is not None:
+                    _apply(module)
+            _install_build_hook()
+    return True
+
+
+def unregister() -> None:
+    """Undo ``register()`` in this process: vLLM's functions back, the import hook gone (tests; a process that
+    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer``)."""
+    global _hook, _facts
+    with _lock:
+        if _hook is not None:
+            _hook.uninstall()
+        _hook = None
+        for site in SITES:
+            module = sys.modules.get(site.module)
+            if module is not None:
+                site.undo(module)
+        _facts = EngineFacts()
+        _guards.gdn.set_status(None)
+        _guards.choices.set_facts(_facts)
+
+
+def is_registered() -> bool:
+    """Whether ``register()`` is in effect in this process."""
+    return _hook is not None
+
+
+def guard() -> GdnGuard:
+    """This process's GDN prefill guard (what ``register()`` consults for GDN)."""
+    return _guards.gdn
+
+
+def choices() -> ChoiceGuard:
+    """This process's guard of every other FlashInfer choice."""
+    return _guards.choices
+
+
+def _install_build_hook() -> None:
+    try:
+        import jitguard
+
+        active = jitguard.install()
+    except Exception:
+        log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
+        return
+    log.debug("jitguard: FlashInfer JIT build hook %s", "active" if active else "not active")
+
+
+def _is_config(exc: BaseException) -> bool:
+    from jitguard.errors import UsageError
+
+    return isinstance(exc, UsageError)

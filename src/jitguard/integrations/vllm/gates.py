@@ -1,0 +1,154 @@
+"""vLLM's FlashInfer gates: the ``has_flashinfer*()`` predicates in ``vllm/utils/flashinfer.py`` that its
+MoE oracles, all-reduce fusion, FP8/FP4 GEMMs and FlashInfer autotuning ask before they pick a FlashInfer
+kernel (every release from 0.17 to 0.33 has them).
+
+``has_flashinfer()`` itself is a presence check (the package, and nvcc or flashinfer-cubin): True on a host
+whose JIT link fails. jitguard wraps it and the MoE predicates (``has_flashinfer_moe``,
+``has_flashinfer_cutlass_fused_moe``, ``has_flashinfer_trtllm_fused_moe``): when vLLM's answer is True and
+FlashInfer cannot work here, the answer becomes False, so vLLM takes the path it takes on a host without
+FlashInfer (Triton fused MoE, its own kernels). A MoE backend named with ``--moe-backend flashinfer_*`` (or
+``VLLM_USE_FLASHINFER_MOE_*=1``) that cannot work raises ``ChoiceUnavailable`` instead.
+
+The predicates are imported by name into other modules (``from vllm.utils.flashinfer import ...``); the
+import hook patches the module before those imports run, and a module imported earlier has its binding
+replaced too (``_rebind``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from jitguard.decision.engine import KERNELS, MOE, Choice
+from jitguard.integrations.vllm.sites import (
+    Guards,
+    Site,
+    config_value,
+    keeps,
+    layout_moved,
+    mark,
+    original_of,
+)
+
+MODULE = "vllm.utils.flashinfer"
+MOE_PREDICATES = ("has_flashinfer_moe", "has_flashinfer_cutlass_fused_moe", "has_flashinfer_trtllm_fused_moe")
+KERNELS_PREDICATE = "has_flashinfer"
+_MOE_VARIABLES = "VLLM_USE_FLASHINFER_MOE_"
+
+
+def moe_backend_named() -> str | None:
+    """``--moe-backend flashinfer_*`` (``kernel_config.moe_backend``): every MoE layer is to use it."""
+    backend = str(config_value("kernel_config", "moe_backend") or "").strip().lower()
+    return f"--moe-backend {backend}" if backend.startswith("flashinfer") else None
+
+
+def moe_named() -> str | None:
+    """``--moe-backend flashinfer_*``, or a ``VLLM_USE_FLASHINFER_MOE_*=1`` (FP16/FP8/FP4/... paths)."""
+    return moe_backend_named() or moe_env_named()
+
+
+def moe_env_named() -> str | None:
+    """A ``VLLM_USE_FLASHINFER_MOE_*`` variable set to anything but 0 (no vLLM import needed to read it)."""
+    for name, value in sorted(os.environ.items()):
+        if name.startswith(_MOE_VARIABLES) and value.strip() not in ("", "0"):
+            return f"{name}={value.strip()}"
+    return None
+
+
+def _never_named() -> str | None:
+    return None
+
+
+def _wrap(
+    original: Callable[..., Any],
+    guards: Guards,
+    choice: Choice,
+    named: Callable[[], str | None],
+    explicit: Callable[[], str | None],
+) -> Any:
+    """``explicit``: a request that stands whatever vLLM answers (``--moe-backend``): refused at once when it
+    cannot work; ``named``: any request, refused when vLLM would go for FlashInfer (its answer is True)."""
+
+    @functools.wraps(original)
+    def predicate(*args: Any, **kwargs: Any) -> Any:
+        asked = explicit()
+        if asked is not None:
+            keeps(guards, choice, named=asked, instead=f"drop {asked}")
+        answer = original(*args, **kwargs)
+        if answer is not True:
+            return answer  # vLLM rules FlashInfer out itself
+        how = asked or named()
+        return answer if keeps(guards, choice, named=how, instead=f"drop {how}" if how else "") else False
+
+    return mark(predicate, original)
+
+
+def _patch_with(
+    names: tuple[str, ...],
+    choice: Choice,
+    named: Callable[[], str | None],
+    explicit: Callable[[], str | None] = _never_named,
+) -> Any:
+    def patch(module: ModuleType, guards: Guards) -> bool:
+        missing = [n for n in names if not callable(module.__dict__.get(n))]
+        if missing:
+            layout_moved(module.__name__, ", ".join(missing), choice.title)
+            return False
+        for name in names:
+            original = module.__dict__[name]
+            if original_of(original) is None:
+                wrapper = _wrap(original, guards, choice, named, explicit)
+                setattr(module, name, wrapper)
+                _rebind(name, original, wrapper)
+        return True
+
+    def unpatch(module: ModuleType) -> None:
+        for name in names:
+            wrapper = module.__dict__.get(name)
+            original = original_of(wrapper)
+            if original is not None:
+                setattr(module, name, original)
+                _rebind(name, wrapper, original)
+
+    return patch, unpatch
+
+
+def _rebind(name: str, old: Any, new: Any) -> None:
+    """Replace ``old`` by ``new`` wherever a loaded vLLM module imported it under ``name``."""
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("vllm"):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get(name) is old:
+            namespace[name] = new
+
+
+_patch_moe, _unpatch_moe = _patch_with(MOE_PREDICATES, MOE, moe_named, moe_backend_named)
+_patch_kernels, _unpatch_kernels = _patch_with((KERNELS_PREDICATE,), KERNELS, _never_named)
+
+SITES = (
+    Site(
+        MOE,
+        MODULE,
+        ", ".join(MOE_PREDICATES),
+        "0.17-0.33",
+        "--moe-backend flashinfer_cutlass|flashinfer_trtllm|... (or VLLM_USE_FLASHINFER_MOE_*=1)",
+        "the predicates answer False: vLLM's MoE oracle takes Triton",
+        _patch_moe,
+        _unpatch_moe,
+    ),
+    Site(
+        KERNELS,
+        MODULE,
+        KERNELS_PREDICATE,
+        "0.17-0.33",
+        "never named on its own",
+        "has_flashinfer() answers False: vLLM's own kernels, as on a host without FlashInfer's JIT",
+        _patch_kernels,
+        _unpatch_kernels,
+    ),
+)

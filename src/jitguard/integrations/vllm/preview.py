@@ -1,0 +1,103 @@
+"""Every FlashInfer choice vLLM would make here, with jitguard's verdict, before an engine starts
+(``jitguard doctor --engine vllm``). The same statuses the plugin takes inside the engine, from the same facts
+and failure cache; what a user can only say on vLLM's command line (``--gdn-prefill-backend``,
+``--attention-backend``, ``--moe-backend``) is shown as both outcomes: picked by vLLM, named by you."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
+from jitguard.integrations.choices import status_of
+from jitguard.integrations.vllm.sites import Site
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
+
+
+@dataclass(frozen=True)
+class Row:
+    status: ChoiceStatus
+    site: Site | None  # where the installed vLLM makes it (the newest layout when vLLM is not installed)
+    named_now: str | None  # named by this environment's variables (flags are not visible here)
+
+    @property
+    def if_picked(self) -> str:
+        return verdict(self.status, named=False).action
+
+    @property
+    def if_named(self) -> str:
+        return verdict(self.status, named=True).action
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.status.choice.to_json(),
+            "site": self.site.to_json() if self.site else None,
+            **self.status.to_json(),
+            "if_picked": self.if_picked,
+            "if_named": self.if_named if self.status.choice.named_by else None,
+            "named_now": self.named_now,
+        }
+
+
+@dataclass(frozen=True)
+class Preview:
+    version: str | None  # the installed vLLM, or None
+    rows: tuple[Row, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": "vllm", "version": self.version, "choices": [r.to_json() for r in self.rows]}
+
+
+def preview(facts: Facts) -> Preview:
+    from jitguard.integrations.vllm import SITES
+
+    version = _vllm_version(facts)
+    rows = []
+    for choice in CHOICES:
+        key = "attention" if choice.key == "kv-cache" else choice.key  # one site judges both
+        sites = [s for s in SITES if s.choice.key == key]
+        site = next(
+            (s for s in sites if version and covers(s.releases, version)), sites[0] if sites else None
+        )
+        rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
+    return Preview(version, tuple(rows))
+
+
+def covers(releases: str, version: str) -> bool:
+    """Whether ``version`` (e.g. '0.24.0') lies in ``releases`` ('0.22-0.33', '0.17-0.18')."""
+    low, _, high = releases.partition("-")
+    minor = _minor(version)
+    try:
+        return minor is not None and _minor(low) <= minor <= _minor(high or low)  # type: ignore[operator]
+    except TypeError:
+        return False
+
+
+def _minor(version: str) -> int | None:
+    parts = version.strip().split(".")
+    try:
+        return int(parts[1]) if len(parts) > 1 and parts[0] == "0" else None
+    except ValueError:
+        return None
+
+
+def _vllm_version(facts: Facts) -> str | None:
+    try:
+        return facts.packages.version("vllm")
+    except Exception:  # an unavailable packages fact: shown as not installed
+        return None
+
+
+def _named_now(key: str) -> str | None:
+    """Named by this environment's variables; vLLM's flags live on its command line, out of sight here."""
+    from jitguard.integrations.vllm import attention, gates, sampler
+
+    if key == "sampler":
+        return sampler.named()
+    if key in ("attention", "kv-cache"):
+        return attention.env_named()
+    if key == "moe":
+        return gates.moe_env_named()
+    return None

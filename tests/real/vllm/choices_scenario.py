@@ -1,0 +1,238 @@
+"""Runs inside a vLLM test environment (.ci/install_vllm.sh): vLLM's REAL choices of FlashInfer beyond GDN
+prefill (the top-k/top-p sampler, the attention backend and its FP8 KV cache, the has_flashinfer gates),
+with jitguard's plugin registered by vLLM's own ``load_general_plugins()``.
+
+Usage: ``python choices_scenario.py SPEC_JSON``; prints vLLM's and jitguard's log lines, then one
+``RESULT {json}`` line. SPEC keys (all optional):
+
+- ``torch_build``: stand in for the torch package fact (the H200 host's CUDA torch; this venv's is the CPU
+  build); the rest of the facts come from this machine's real probes under the caller's environment.
+- ``failures``: FlashInfer module names (e.g. ``["sampling"]``) recorded as failed in jitguard's real failure
+  cache under this environment's fingerprint, the way the build hook records a failed build.
+- ``sampler``: modes to build vLLM's real ``TopKTopPSampler`` in: ``default`` (VLLM_USE_FLASHINFER_SAMPLER
+  unset), ``named`` (=1), ``off`` (=0).
+- ``attention``: ``[selected, kv_cache_dtype]`` pairs for vLLM's real ``get_attn_backend_cls`` on a
+  Blackwell (SM100) platform, where FlashInfer is first in vLLM's priority list; selected ``auto`` or a name.
+- ``gates``: modes for the has_flashinfer predicates: ``default``, or ``moe-named`` (a current vLLM config
+  with ``moe_backend="flashinfer_cutlass"``).
+
+Stand-ins, only for what a GPU-less machine cannot have: the GPU (vLLM's ``Platform`` with capability 9.0 or
+10.0, 132 SMs, device index 0), vLLM's compiled extensions (``vllm._C``: empty modules, so the real
+``vllm.platforms.cuda`` selection code imports), and, where this release's FlashInfer attention module needs
+a FlashInfer this CPU venv cannot import (0.27+ import 0.7-only names), a ``FlashInferBackend`` on vLLM's
+real ``AttentionBackend`` base class, with FlashInfer's compute-capability rule and
+KV-cache dtypes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import types
+from typing import Any, ClassVar
+
+import scenario  # tests/real/vllm/scenario.py: the GPU stand-in and the facts with a CUDA torch
+
+ATTENTION_MODULE = "vllm.v1.attention.backends.flashinfer"
+COMPILED = ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm.cumem_allocator")
+
+
+def stand_in_compiled_extensions() -> None:
+    for name in COMPILED:
+        sys.modules.setdefault(name, types.ModuleType(name))
+
+
+def flashinfer_attention_module() -> str:
+    """Import vLLM's FlashInfer attention backend module (before the plugin: it is then patched at once by
+    ``register()``); where it cannot import here, a stand-in under the same name. Says which."""
+    try:
+        importlib.import_module(ATTENTION_MODULE)
+        return "real"
+    except ImportError:
+        pass
+    from vllm.v1.attention.backend import AttentionBackend
+
+    class FlashInferBackend(AttentionBackend):  # type: ignore[misc]
+        supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+        @staticmethod
+        def get_name() -> str:
+            return "FLASHINFER"
+
+        @classmethod
+        def supports_compute_capability(cls, capability: Any) -> bool:
+            return (7, 5) <= (capability.major, capability.minor) <= (12, 1)
+
+    module = types.ModuleType(ATTENTION_MODULE)
+    module.FlashInferBackend = FlashInferBackend  # type: ignore[attr-defined]
+    FlashInferBackend.__module__ = ATTENTION_MODULE
+    sys.modules[ATTENTION_MODULE] = module
+    return "stand-in"
+
+
+def record_failures(modules: list[str], torch_build: str | None) -> None:
+    from jitguard.config import Settings
+    from jitguard.facts import collect
+    from jitguard.findings.catalog import make
+    from jitguard.state.failure_cache import FailureCache
+
+    facts = scenario.facts_with_torch(torch_build) if torch_build else collect()
+    cache = FailureCache(Settings.from_env().cache_dir)
+    for module in modules:
+        finding = make("build-failed", backend="flashinfer", evidence=["recorded by choices_scenario.py"])
+        cache.record_failure(module, facts.fingerprint, [finding], source_digest="choices-scenario")
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "bases": [c.__name__ for c in type(exc).__mro__],
+        "message": str(exc),
+        "codes": [f.code for f in getattr(exc, "findings", ())],
+    }
+
+
+def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
+    import torch
+
+    sampler = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")  # patched on import
+    sampler.current_platform = scenario.sm90_platform()
+    torch.accelerator.current_device_index = lambda: 0  # the GPU stand-in (0.33 asks for its SM count)
+    runs = []
+    for mode in modes:
+        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+        if mode != "default":
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "1" if mode == "named" else "0"
+        run: dict[str, Any] = {"mode": mode, "forward": None, "error": None}
+        try:
+            forward = sampler.TopKTopPSampler().forward
+            run["forward"] = getattr(getattr(forward, "__wrapped__", forward), "__func__", forward).__name__
+        except Exception as exc:
+            run["error"] = error_of(exc)
+        runs.append(run)
+    os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+    return runs
+
+
+def run_attention(requests: list[list[str]]) -> list[dict[str, Any]]:
+    import torch
+    from vllm.platforms import cuda
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    class Blackwell(cuda.CudaPlatformBase):  # type: ignore[misc,name-defined]
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> Any:
+            return DeviceCapability(10, 0)
+
+    runs = []
+    for selected, kv in requests:
+        run: dict[str, Any] = {"selected": selected, "kv_cache_dtype": kv, "backend": None, "error": None}
+        config = AttentionSelectorConfig(
+            head_size=128, dtype=torch.bfloat16, kv_cache_dtype=kv, block_size=None
+        )
+        backend = None if selected == "auto" else AttentionBackendEnum[selected]
+        try:
+            with current_config(attention=backend):
+                path = Blackwell.get_attn_backend_cls(backend, config)
+            run["backend"] = path.rsplit(".", 1)[-1]
+        except Exception as exc:
+            run["error"] = error_of(exc)
+        runs.append(run)
+    return runs
+
+
+def run_gates(modes: list[str]) -> list[dict[str, Any]]:
+    gates = importlib.import_module("vllm.utils.flashinfer")  # patched on import
+    runs = []
+    for mode in modes:
+        run: dict[str, Any] = {"mode": mode, "answers": {}, "error": None}
+        try:
+            with current_config(moe="flashinfer_cutlass" if mode == "moe-named" else None):
+                for name in ("has_flashinfer", "has_flashinfer_moe", "has_flashinfer_cutlass_fused_moe"):
+                    run["answers"][name] = getattr(gates, name)()
+        except Exception as exc:
+            run["error"] = error_of(exc)
+        runs.append(run)
+    return runs
+
+
+class current_config:
+    """vLLM's current config with the attention backend and MoE backend a user would name (no model)."""
+
+    def __init__(self, *, attention: Any = None, moe: str | None = None) -> None:
+        from vllm.config import (
+            AttentionConfig,
+            DeviceConfig,
+            KernelConfig,
+            VllmConfig,
+            set_current_vllm_config,
+        )
+
+        kernel = KernelConfig(moe_backend=moe) if moe else KernelConfig()
+        config = VllmConfig(
+            device_config=DeviceConfig(device="cpu"),
+            attention_config=AttentionConfig(backend=attention),
+            kernel_config=kernel,
+        )
+        self._context = set_current_vllm_config(config)
+
+    def __enter__(self) -> None:
+        self._context.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._context.__exit__(*exc)
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
+    import vllm
+    from vllm.plugins import load_general_plugins
+
+    from jitguard.integrations import vllm as plugin
+
+    result: dict[str, Any] = {"vllm": vllm.__version__}
+    stand_in_compiled_extensions()
+    result["attention_module"] = flashinfer_attention_module()
+    load_general_plugins()
+    result["registered"] = plugin.is_registered()
+    if spec.get("torch_build") and result["registered"]:
+        facts = scenario.facts_with_torch(spec["torch_build"])
+        plugin.register(facts=lambda: facts)
+    if spec.get("failures"):
+        record_failures(spec["failures"], spec.get("torch_build"))
+    result["sampler"] = run_sampler(spec.get("sampler", []))
+    result["attention"] = run_attention(spec.get("attention", []))
+    result["gates"] = run_gates(spec.get("gates", []))
+    backend = sys.modules[ATTENTION_MODULE].FlashInferBackend
+    result["hooked"] = {
+        "sampler": hasattr(
+            sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].TopKTopPSampler.__init__,
+            "__jitguard_original__",
+        ),
+        "attention": hasattr(backend.validate_configuration, "__jitguard_original__"),
+        "gates": hasattr(sys.modules["vllm.utils.flashinfer"].has_flashinfer, "__jitguard_original__"),
+    }
+    if result["registered"]:
+        from jitguard.decision.engine import CHOICES
+
+        statuses = {}
+        for choice in CHOICES:
+            if not choice.gdn:
+                status = plugin.choices().status(choice)
+                statuses[choice.key] = {
+                    "usable": status.usable,
+                    "blocking": [f.code for f in status.blocking],
+                    "codes": [f.code for f in status.findings],
+                }
+        result["statuses"] = statuses
+    return result
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    outcome = main(json.loads(sys.argv[1]))
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(outcome), flush=True)

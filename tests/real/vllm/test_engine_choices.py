@@ -1,0 +1,166 @@
+"""vLLM's other FlashInfer choices through the REAL vLLM code (choices_scenario.py): the top-k/top-p sampler,
+the attention backend (and its FP8 KV cache) in vLLM's own priority walk, and the has_flashinfer gates of
+MoE and the other kernels. Each module-scoped fixture is one engine process in one machine situation; the
+facts behind each verdict come from jitguard's real probes (a real trial link against real libraries)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCENARIO = Path(__file__).with_name("choices_scenario.py")
+CUDA_TORCH = "2.11.0+cu130"
+SPEC: dict[str, Any] = {
+    "torch_build": CUDA_TORCH,
+    "sampler": ["default", "named", "off"],
+    "attention": [["auto", "auto"], ["auto", "fp8"], ["FLASHINFER", "auto"]],
+    "gates": ["default", "moe-named"],
+}
+
+
+def minor(release: Any) -> int:
+    return int(release.version.split(".")[1])
+
+
+def lines(output: str, needle: str) -> list[str]:
+    return [line for line in output.splitlines() if needle in line]
+
+
+def sampler_run(result: dict[str, Any], mode: str) -> dict[str, Any]:
+    return next(r for r in result["sampler"] if r["mode"] == mode)
+
+
+def attention_run(result: dict[str, Any], selected: str, kv: str) -> dict[str, Any]:
+    return next(r for r in result["attention"] if r["selected"] == selected and r["kv_cache_dtype"] == kv)
+
+
+def gates_run(result: dict[str, Any], mode: str) -> dict[str, Any]:
+    return next(r for r in result["gates"] if r["mode"] == mode)
+
+
+@pytest.fixture(scope="module")
+def stock(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    """vLLM without jitguard (JITGUARD_DISABLE=1) on a host where FlashInfer's JIT link fails."""
+    env = situations.hopper(libcuda=False)
+    env["JITGUARD_DISABLE"] = "1"
+    return release.run(SPEC, env, script=SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def doomed(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    return release.run(SPEC, situations.hopper(libcuda=False), script=SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def workable(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    return release.run(SPEC, situations.hopper(libcuda=True), script=SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def sampling_failed(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    spec = {**SPEC, "failures": ["sampling"]}
+    return release.run(spec, situations.hopper(libcuda=True), script=SCENARIO)
+
+
+# ---- stock vLLM picks FlashInfer here, doomed or not ------------------------------------------------------
+def test_stock_vllm_picks_flashinfer_for_each_choice(stock: tuple[dict[str, Any], str], release: Any) -> None:
+    result, output = stock
+    assert not result["registered"] and not any(result["hooked"].values())
+    default = "forward_native" if minor(release) < 21 else "forward_cuda"  # 0.17-0.20: opt-in only
+    assert sampler_run(result, "default")["forward"] == default
+    assert sampler_run(result, "named")["forward"] == "forward_cuda"
+    assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"  # first on Blackwell
+    assert attention_run(result, "FLASHINFER", "auto")["backend"] == "FlashInferBackend"
+    assert gates_run(result, "default")["answers"]["has_flashinfer"] is True  # nvcc is on PATH here
+    assert "jitguard" not in output
+
+
+# ---- FlashInfer's JIT link fails here (no libcuda) --------------------------------------------------------
+def test_every_choice_sees_the_missing_libcuda(doomed: tuple[dict[str, Any], str], release: Any) -> None:
+    result, _ = doomed
+    assert result["registered"] and all(result["hooked"].values()), result["hooked"]
+    for key, status in result["statuses"].items():
+        assert status["blocking"] == ["link-missing-libcuda"], (key, status)
+
+
+def test_the_sampler_falls_back_to_pytorch_with_one_warning(
+    doomed: tuple[dict[str, Any], str], release: Any
+) -> None:
+    result, output = doomed
+    assert sampler_run(result, "default")["forward"] == "forward_native"
+    assert sampler_run(result, "off")["forward"] == "forward_native"
+    warned = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
+    assert len(warned) == (1 if minor(release) >= 21 else 0), output[-3000:]
+    if warned:
+        assert "[link-missing-libcuda]" in warned[0] and "Fix:" in warned[0]
+        assert "PyTorch-native sampler" in warned[0]
+
+
+def test_a_named_sampler_stops_at_init(doomed: tuple[dict[str, Any], str]) -> None:
+    error = sampler_run(doomed[0], "named")["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert error["codes"] == ["link-missing-libcuda"]
+    assert "VLLM_USE_FLASHINFER_SAMPLER=1" in error["message"]
+    assert "unset VLLM_USE_FLASHINFER_SAMPLER" in error["message"]
+
+
+def test_attention_takes_the_next_backend_in_vllms_priority_walk(doomed: tuple[dict[str, Any], str]) -> None:
+    result, output = doomed
+    for kv in ("auto", "fp8"):
+        run = attention_run(result, "auto", kv)
+        assert run["error"] is None, run["error"]
+        assert run["backend"] not in (None, "FlashInferBackend")
+    assert len(lines(output, "jitguard: vLLM chose FlashInfer attention, but")) == 1
+    assert len(lines(output, "jitguard: vLLM chose FlashInfer attention with an FP8 KV cache, but")) == 1
+
+
+def test_a_named_flashinfer_attention_backend_stops_at_init(doomed: tuple[dict[str, Any], str]) -> None:
+    error = attention_run(doomed[0], "FLASHINFER", "auto")["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert "link-missing-libcuda" in error["codes"]
+    assert "--attention-backend FLASHINFER" in error["message"]
+
+
+def test_the_gates_answer_no_and_a_named_moe_backend_stops(doomed: tuple[dict[str, Any], str]) -> None:
+    result, output = doomed
+    answers = gates_run(result, "default")["answers"]
+    assert answers == {
+        "has_flashinfer": False,
+        "has_flashinfer_moe": False,
+        "has_flashinfer_cutlass_fused_moe": False,
+    }
+    error = gates_run(result, "moe-named")["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert "--moe-backend flashinfer_cutlass" in error["message"]
+    assert len(lines(output, "jitguard: vLLM chose FlashInfer's other JIT kernels")) == 1
+
+
+# ---- FlashInfer can work here -----------------------------------------------------------------------------
+def test_workable_flashinfer_keeps_every_choice_silently(
+    workable: tuple[dict[str, Any], str], stock: tuple[dict[str, Any], str]
+) -> None:
+    result, output = workable
+    assert all(s["usable"] for s in result["statuses"].values()), result["statuses"]
+    assert result["sampler"] == stock[0]["sampler"]
+    assert result["attention"] == stock[0]["attention"]
+    assert gates_run(result, "default") == gates_run(stock[0], "default")
+    assert lines(output, "cannot work here") == []
+
+
+# ---- a failure recorded by the build hook at an earlier start ---------------------------------------------
+def test_a_recorded_sampling_failure_sends_only_the_sampler_to_pytorch(
+    sampling_failed: tuple[dict[str, Any], str], release: Any
+) -> None:
+    result, output = sampling_failed
+    assert result["statuses"]["sampler"]["blocking"] == ["flashinfer-cached-failure"]
+    assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"
+    error = sampler_run(result, "named")["error"]
+    assert error is not None and error["codes"] == ["flashinfer-cached-failure"]
+    if minor(release) >= 21:
+        assert sampler_run(result, "default")["forward"] == "forward_native"
+        [warned] = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
+        assert "[flashinfer-cached-failure]" in warned and "FlashInfer's sampling module" in warned
