@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from jitguard.findings.model import Finding
 
 BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
-ENGINE_CHOICES = ("vllm",)
+ENGINE_CHOICES = ("vllm", "sglang")
 
 
 def configure(subparsers: Any) -> None:
@@ -79,7 +79,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.compile and "flashinfer" in results:
         results["flashinfer"] = _with_probe(results["flashinfer"], _compile_probe(facts, settings))
     decision = _gdn_decision(facts)
-    engine = _engine_choices(facts) if args.engine else None
+    engine = _engine_choices(args.engine, facts) if args.engine else None
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
 
@@ -133,8 +133,14 @@ def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
     return describe_auto(facts=facts)
 
 
-def _engine_choices(facts: Facts) -> dict[str, Any]:
-    """Every FlashInfer choice vLLM would make here and what jitguard says to each (docs/vllm.md)."""
+def _engine_choices(engine: str, facts: Facts) -> dict[str, Any]:
+    """Every FlashInfer choice the engine would make here and what jitguard says to each (docs/vllm.md,
+    docs/sglang.md)."""
+    if engine == "sglang":
+        from jitguard.cli.engine import describe
+
+        rows = describe("sglang", facts=facts)
+        return {"name": "sglang", "version": rows[0]["sglang"] if rows else None, "choices": rows}
     from jitguard.integrations.vllm.preview import preview
 
     return preview(facts).to_json()

@@ -109,7 +109,12 @@ def render_doctor(
             out.print(
                 f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
             )
-    if engine is not None:
+    if engine is not None and engine.get("name") == "sglang":
+        from jitguard.cli.engine import render
+
+        out.print()
+        out.print(escape(render("sglang", engine["choices"])))
+    elif engine is not None:
         render_engine(out, engine)
     order = {"jitguard": list(own), **results}
     if decision and decision.get("backend") == "none" and "torch" in results:

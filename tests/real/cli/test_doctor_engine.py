@@ -112,3 +112,20 @@ def test_the_text_report_says_what_vllm_does_with_each_choice(tmp_path: Path) ->
     assert "vLLM uses the PyTorch-native sampler" in text
     assert "when you name it (VLLM_USE_FLASHINFER_SAMPLER=1; set here: VLLM_USE_FLASHINFER_SAMPLER=1)" in text
     assert "TopKTopPSampler.__init__" in text
+
+
+def test_doctor_engine_sglang_lists_each_phase_with_its_verdict_in_text_and_json(tmp_path: Path) -> None:
+    env = _env(tmp_path, FLASHINFER_WORKSPACE_BASE=str(tmp_path / "ws"), **ARCH)
+    done = _jitguard(["doctor", "--engine", "sglang", "--json"], env)
+    assert "Traceback" not in done.stderr, done.stderr
+    data = json.loads(done.stdout)
+    assert_valid(data)
+    engine = data["engine"]
+    assert engine["name"] == "sglang" and engine["choices"]
+    for row in engine["choices"]:  # no GPU here: FlashInfer cannot work in any phase
+        assert row["flashinfer_usable"] is False and row["when_named"] == "stop at start-up"
+    text = _jitguard(["doctor", "--engine", "sglang"], env)
+    assert "Traceback" not in text.stderr and "prefill" in text.stdout and "stop" not in text.stderr
+    broken = copy.deepcopy(data)
+    broken["engine"]["choices"][0]["when_named"] = "build anyway"
+    assert_rejected(broken)
