@@ -62,4 +62,4 @@ def chunk_gated_delta_rule(
         bool(output_final_state),
         bool(use_qk_l2norm),
     )
-    return (dispatch._DISPATCHER or dispatch.dispatcher()).call(backend, key, call)
+    return dispatch.dispatcher().call(backend, key, call)
