@@ -125,21 +125,19 @@ def as_nobody(code: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[
     need_root()
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv to run a process as another user")
-    return subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={FOREIGN_UID}",
-            f"--regid={FOREIGN_UID}",
-            "--clear-groups",
-            sys.executable,
-            "-c",
-            code,
-        ],
-        env={**env, "HOME": "/nonexistent"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [
+        "setpriv",
+        f"--reuid={FOREIGN_UID}",
+        f"--regid={FOREIGN_UID}",
+        "--clear-groups",
+        sys.executable,
+        "-c",
+    ]
+    env = {**env, "HOME": "/nonexistent"}
+    reach = subprocess.run([*argv, "import jitguard"], env=env, capture_output=True, text=True, timeout=60)
+    if reach.returncode != 0:  # e.g. a venv in a 0700 directory: nobody cannot even import jitguard
+        pytest.skip(f"uid {FOREIGN_UID} cannot import jitguard from this interpreter ({sys.executable})")
+    return subprocess.run([*argv, code], env=env, capture_output=True, text=True, timeout=120)
 
 
 def tiny_project(directory: Path, command: str = "echo built > $out") -> Path:
