@@ -21,7 +21,10 @@ VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.23"}
 ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-/tmp/jitguard-ci/sglang}")
 TRITON=triton==3.6.0  # what torch 2.11 (SGLang 0.5.15's) brings; only imported here, never run
 PY=${PYTHON:-python3}
-STAMP=$(cat .ci/install_sglang.sh .ci/sglang_wheel.py .ci/vllm_wheel.py .ci/torchvision_standin.py | sha256sum | cut -c1-16)
+# The venvs see the packages of this Python ($PY, e.g. CI's fresh venv) through a .pth: a copy made for another
+# Python (a venv since deleted) is stale, so that Python's prefix is part of the stamp.
+PARENT=$("$PY" -c 'import sys; print(sys.prefix)' 2>/dev/null || echo unknown)
+STAMP=$( (cat .ci/install_sglang.sh .ci/sglang_wheel.py .ci/vllm_wheel.py .ci/torchvision_standin.py; echo "$PARENT") | sha256sum | cut -c1-16)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); m.version("jitguard"); import packaging' 2>/dev/null; then
