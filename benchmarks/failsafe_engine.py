@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_engine_start import write_model  # beside this script
+
 ENGINE = textwrap.dedent(
     """
     import sys, time
@@ -80,33 +82,6 @@ def hide_libcuda() -> list[str]:
     return moved
 
 
-def model_dir(root: Path) -> Path:
-    from transformers import Qwen3NextConfig
-
-    config = Qwen3NextConfig(
-        hidden_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=128,
-        intermediate_size=1024,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        vocab_size=2048,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=256,
-        shared_expert_intermediate_size=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    config.architectures = ["Qwen3NextForCausalLM"]
-    config.save_pretrained(root)
-    return root
-
-
 def serve(
     name: str, model: Path, backend: str, env: dict[str, str], limit: float, out: Path
 ) -> dict[str, Any]:
@@ -154,7 +129,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     moved = hide_libcuda()
-    model = model_dir(Path("/tmp/failsafe-qwen3next"))
+    model = write_model(Path("/tmp/failsafe-qwen3next"))  # the model benchmarks/vllm_engine.py serves
     repo_src = str(Path(__file__).resolve().parents[1] / "src")
     base = {k: v for k, v in os.environ.items() if not k.startswith("JITGUARD_")}
     base.update(
