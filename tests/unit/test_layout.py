@@ -35,8 +35,8 @@ def _stage(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == "jitguard" else None
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+def _module_name(path: Path, package: Path) -> str:
+    rel = path.relative_to(package.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -50,8 +50,8 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    module = _module_name(path)
+def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
+    module = _module_name(path, package_dir)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
 
@@ -74,7 +74,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                     found.extend(
                         (child.lineno, f"jitguard.{alias.name}")
                         for alias in child.names
-                        if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").is_file()
+                        if (package_dir / alias.name).is_dir() or (package_dir / f"{alias.name}.py").is_file()
                     )
             visit(child)
 
@@ -82,21 +82,21 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def backward_imports() -> list[str]:
+def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
     problems = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        source = _stage(_module_name(path))
+    for path in sorted(package_dir.rglob("*.py")):
+        source = _stage(_module_name(path, package_dir))
         if source is None:  # jitguard/__init__.py: the public surface, lazily reaching into every stage
             continue
         if source not in RANK:
-            problems.append(f"{path.relative_to(PACKAGE)}: stage {source!r} is not placed in STAGES")
+            problems.append(f"{path.relative_to(package_dir)}: stage {source!r} is not placed in STAGES")
             continue
-        for line, target in _imports(path):
+        for line, target in _imports(path, package_dir):
             stage = _stage(target)
             if stage is None or stage == source:
                 continue
             if stage not in RANK or RANK[stage] > RANK[source]:
-                problems.append(f"{path.relative_to(PACKAGE)}:{line}: {source} imports {target}")
+                problems.append(f"{path.relative_to(package_dir)}:{line}: {source} imports {target}")
     return problems
 
 
@@ -110,12 +110,7 @@ def test_the_walker_sees_a_backward_import(tmp_path: Path) -> None:
     fake.mkdir(parents=True)
     (fake / "probe.py").write_text("def f():\n    from jitguard.cli import main\n    return main\n")
     (tmp_path / "jitguard" / "__init__.py").write_text("")
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "jitguard"
-    try:
-        assert backward_imports() == ["facts/probe.py:2: facts imports jitguard.cli"]
-    finally:
-        PACKAGE = saved
+    assert backward_imports(tmp_path / "jitguard") == ["facts/probe.py:2: facts imports jitguard.cli"]
 
 
 def test_type_checking_imports_are_not_arrows(tmp_path: Path) -> None:
@@ -124,9 +119,4 @@ def test_type_checking_imports_are_not_arrows(tmp_path: Path) -> None:
     (fake / "probe.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jitguard.cli import main\n"
     )
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "jitguard"
-    try:
-        assert backward_imports() == []
-    finally:
-        PACKAGE = saved
+    assert backward_imports(tmp_path / "jitguard") == []

@@ -229,14 +229,7 @@ def run_ninja(
         _note(log, f"building {module}: {ninja_file} in {build_dir}")
         if manifest.up_to_date(ninja, build_dir, ninja_file):
             _note(log, "ninja: no work to do")
-            return BuildResult(
-                module=module,
-                log_path=log_path,
-                jobs=0,
-                attempts=0,
-                wall_s=time.monotonic() - started,
-                peak_rss_bytes=0,
-            )
+            return _nothing_to_do(module, log_path, started)
         lock = ModuleLock(
             build_dir / BUILD_LOCK_NAME, module, timeout=options.lock_timeout, log_path=log_path
         )
@@ -245,14 +238,7 @@ def run_ninja(
                 _note(
                     log, f"built by another process while this one waited {lock.waited:.1f} s: nothing to do"
                 )
-                return BuildResult(
-                    module=module,
-                    log_path=log_path,
-                    jobs=0,
-                    attempts=0,
-                    wall_s=time.monotonic() - started,
-                    peak_rss_bytes=0,
-                )
+                return _nothing_to_do(module, log_path, started)
             if lock.took_over_from is not None:
                 _note(
                     log, f"taking over from {lock.took_over_from.describe()}, which exited without finishing"
@@ -375,6 +361,18 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
         _note(b.log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
         findings, detail = _diagnose(attempt, module=b.module, options=b.options, log_path=b.log_path)
         raise BuildFailed(b.module, findings, str(b.log_path), detail)
+
+
+def _nothing_to_do(module: str, log_path: Path, started: float) -> BuildResult:
+    """The result of a build ninja found up to date: no jobs, no attempt."""
+    return BuildResult(
+        module=module,
+        log_path=log_path,
+        jobs=0,
+        attempts=0,
+        wall_s=time.monotonic() - started,
+        peak_rss_bytes=0,
+    )
 
 
 def _compiler_cache(options: BuildOptions, log: fileio.LogFile) -> compiler_cache.Session | None:
