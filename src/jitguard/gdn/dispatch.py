@@ -72,27 +72,36 @@ class Dispatcher:
             self._setting = (chosen, "JITGUARD_GDN_BACKEND") if chosen != "auto" else ("auto", "default")
         return self._setting
 
-    def decide(self, backend: str, spec: CallSpec) -> Decision:
-        """The decision for a call like ``spec``; raises BackendUnavailable when a named backend cannot run."""
+    def decide(self, backend: str, spec: CallSpec, *, without_a_call: bool = False) -> Decision:
+        """The decision for a call like ``spec``; raises BackendUnavailable when a named backend cannot run.
+        ``without_a_call``: no tensors prove torch is there (resolve, explain, doctor), so every backend's
+        environment is checked, the torch backend's too."""
         requested, source = self.requested(backend)
         if requested != "auto" and requested not in self.backends:
             from jitguard.gdn.validate import check_backend_name
 
             check_backend_name(requested)
             raise UsageError(f"backend {requested!r} is not registered with this dispatcher")
-        assessed = self.assess(spec, named=requested if requested != "auto" else None)
+        named = requested if requested != "auto" else None
+        assessed = self.assess(spec, named=named, every_environment=without_a_call)
         return decision.decide(assessed, spec, requested=requested, source=source)
 
-    def assess(self, spec: CallSpec, *, named: str | None = None) -> list[Assessment]:
+    def assess(
+        self, spec: CallSpec, *, named: str | None = None, every_environment: bool = False
+    ) -> list[Assessment]:
         """Every backend's findings for a call like ``spec``, in auto order. Input constraints first: they
         are free, and a CPU call then never probes the GPU environment; a ``named`` backend gets every
-        finding, so a strict error says all that stands in its way."""
+        finding, so a strict error says all that stands in its way. A backend with nothing to build (torch)
+        is checked against the environment only with ``every_environment``: a real call's tensors already
+        prove torch is there."""
         out = []
         for name in self.order:
             b = self.backends[name]
             found = list(b.input_findings(spec))
             warnings: tuple[Finding, ...] = ()
-            if (name == named or not any(f.blocking for f in found)) and b.MODULE is not None:
+            if (name == named or not any(f.blocking for f in found)) and (
+                b.MODULE is not None or every_environment
+            ):
                 env = list(self.environment.status(b).findings) + list(self._failed.get(name, ()))
                 found = env + found
                 warnings = tuple(f for f in env if not f.blocking)
@@ -281,7 +290,7 @@ def resolve(requested: str = "auto", spec: CallSpec | None = None, *, facts: Fac
     d = dispatcher()
     if facts is not None:
         d = Dispatcher(list(d.backends.values()), Environment(facts=facts, cache_dir=d.environment.cache_dir))
-    return d.decide(requested, spec or QWEN35_SPEC)
+    return d.decide(requested, spec or QWEN35_SPEC, without_a_call=True)
 
 
 def explain(spec: CallSpec | None = None) -> str:
@@ -290,7 +299,7 @@ def explain(spec: CallSpec | None = None) -> str:
     d = dispatcher()
     auto: Decision | str
     try:
-        auto = d.decide("auto", spec or QWEN35_SPEC)
+        auto = d.decide("auto", spec or QWEN35_SPEC, without_a_call=True)
     except JitguardError as exc:
         auto = str(exc)
     return render_explain(d.decisions(), auto)

@@ -284,3 +284,26 @@ def test_an_accelerator_call_on_a_fallback_warns_once(
     assert "gdn-fallback-in-use" not in render_decision(
         made
     )  # a decision is a value: the note goes to the plan
+
+
+def test_without_torch_no_backend_is_shown_as_chosen(tmp_path: Path) -> None:
+    """This machine's real facts with torch's distribution taken out: resolve() (doctor, explain) must not
+    name torch as chosen; no call's tensors prove it is installed."""
+    import dataclasses
+
+    from jitguard.facts import collect
+    from jitguard.facts.packages import PackageFacts
+
+    facts = collect(cache_dir=tmp_path / "cache")
+    pkgs = facts.packages
+    without = PackageFacts(
+        installed=tuple(p for p in pkgs.installed if p.name != "torch"), missing=(*pkgs.missing, "torch")
+    )
+    decision = resolve(
+        "auto",
+        CallSpec("cpu", "bfloat16", 128, 16, 16, 32),
+        facts=dataclasses.replace(facts, packages=without),
+    )
+    assert decision.backend == "none"
+    torch_entry = next(e for e in decision.trace if e.backend == "torch")
+    assert torch_entry.outcome == "skipped" and "torch-missing" in {f.code for f in torch_entry.findings}
