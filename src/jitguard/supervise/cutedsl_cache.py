@@ -70,7 +70,10 @@ class NotPersistable(Exception):
 def route(module: ModuleType) -> bool:
     """Replace ``module.cached_compile`` (FlashInfer's ``custom_compile_cache``) and every binding of it in an
     imported FlashInfer module with the persisting one. Idempotent; False, leaving FlashInfer as it is, when
-    the module is not laid out as jitguard knows it."""
+    the module is not laid out as jitguard knows it, or the cache is off (JITGUARD_CUTEDSL_CACHE=0)."""
+    settings = Settings.from_env()
+    if settings.disabled or not settings.cutedsl_cache:
+        return False
     with _lock:
         current = getattr(module, FUNCTION, None)
         if current is not None and getattr(current, _MARK, None) is not None:
@@ -173,8 +176,11 @@ def kernel_key(func: Any, options: Any, memory_key: Any) -> KernelKey:
     stack = dsl_stack()
     if not stack:
         raise NotPersistable("no nvidia-cutlass-dsl distribution is installed")
-    source = inspect.getsourcefile(type(func))
-    if source is None:
+    try:
+        source = inspect.getsourcefile(type(func))
+    except (OSError, TypeError):
+        source = None
+    if source is None or not os.path.isfile(source):
         raise NotPersistable(f"the source of {type(func).__name__} cannot be found")
     material = {
         "key_version": KEY_VERSION,
