@@ -284,6 +284,7 @@ def _load(cache: KernelCache, key: KernelKey) -> Any:
     except Exception as exc:
         _fault(f"loading the cached CuTeDSL kernel {key.name}", exc)
         return None
+    ensure_visible_logging()
     log.info(
         "jitguard: loaded the CuTeDSL kernel %s from the kernel cache in %s (no compile)",
         key.name,
