@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.facts import elf
+from jitguard.facts import FactUnavailable, elf
 from jitguard.facts.libstdcxx import FIRST_GCC_WITH, SONAME, LibstdcxxFacts
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit
@@ -139,8 +139,13 @@ def check_built_library(
 ) -> list[Finding]:
     """The exact load check of a built module: GLIBCXX/CXXABI versions ``so_path`` needs from libstdc++.so.6
     that ``runtime.runtime_lib`` does not define -> one ``so-glibcxx-missing`` finding naming them. ``[]`` when
-    all are present, or when the module or the runtime library cannot be read (nothing can be said exactly)."""
-    if runtime.runtime_lib is None:
+    all are present, or when the module or the runtime library cannot be read, or the libstdc++ facts could not
+    be collected at all (pyelftools missing: nothing can be said exactly, and the load itself will tell)."""
+    try:
+        runtime_lib = runtime.runtime_lib
+    except FactUnavailable:
+        return []
+    if runtime_lib is None:
         return []
     try:
         needed = elf.needed_versions(so_path).get(SONAME, ())

@@ -164,3 +164,18 @@ def test_a_prebuilt_module_needs_no_compiler_only_a_load_check(broken_env: dict[
     prebuilt = Path(sys.executable).resolve()  # a real ELF file that needs no GLIBCXX version
     assert check(_facts(broken_env), "flashinfer")  # type: ignore[arg-type]
     assert check(_facts(broken_env, prebuilt=prebuilt), "flashinfer") == []  # type: ignore[arg-type]
+
+
+def test_check_built_library_says_nothing_when_the_libstdcxx_facts_are_unavailable(tmp_path: Path) -> None:
+    """Seen on the H200 without pyelftools: a finished FlashInfer build crashed on this check (FactUnavailable)
+    instead of loading the module it had built."""
+    import subprocess
+
+    from jitguard.facts import Unavailable
+
+    source = tmp_path / "m.cpp"
+    source.write_text('#include <string>\nextern "C" int f() { return std::string("x").size(); }\n')
+    so = tmp_path / "m.so"
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(so)], check=True)
+    missing = Unavailable("libstdcxx", "ModuleNotFoundError: No module named 'elftools'")
+    assert check_built_library(so, missing) == []  # type: ignore[arg-type]
