@@ -354,10 +354,13 @@ def ensure_visible_logging() -> None:
     """Waits must be seen: when neither ``jitguard`` nor the root logger has a handler (the default in an
     engine that configures only its own logger), send jitguard's log lines to stderr."""
     logger = logging.getLogger(LOGGER_NAME)
+    if logger.level == logging.NOTSET and not logger.isEnabledFor(logging.INFO):
+        # An engine's root logger at WARNING (a library's basicConfig) would drop jitguard's INFO lines: the
+        # compile a rank waits on, the kernel loaded instead of compiled. jitguard's own level stays the user's
+        # to set (logging.getLogger("jitguard").setLevel(...)).
+        logger.setLevel(logging.INFO)
     if logger.hasHandlers():
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
