@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -48,27 +49,47 @@ def install_rank(name: str) -> int:
     return INSTALL_ORDER.get(name, _OTHER_SIBLING)
 
 
-def damage(check: DistCheck) -> list[tuple[str, str]]:
-    """(path, what is wrong) for each file of ``check`` that is damage, not the expected overlap."""
-    found = [(path, "missing") for path in check.missing]
-    found += [(path, "unreadable") for path in check.unreadable]
+@dataclass(frozen=True)
+class Damage:
+    path: str
+    kind: str  # "missing", "unreadable", "foreign" (matches no installed wheel) or "sibling" (another's copy)
+    holder: str | None = None  # kind "sibling": the wheel whose copy it holds
+
+    def describe(self) -> str:
+        if self.kind == "foreign":
+            return "matches no installed wheel's RECORD (corrupt, truncated or another version)"
+        if self.kind == "sibling":
+            return f"holds {self.holder}'s copy"
+        return self.kind
+
+
+_HOW = {
+    "sibling": "a sibling wheel's copy of a shared file won where this wheel's should have",
+    "foreign": "some files match no installed wheel (corrupted, truncated or left from another version)",
+    "missing": "some files are missing (deleted, or taken along when a sibling listing them was uninstalled)",
+    "unreadable": "some files cannot be read",
+}
+
+
+def damage(check: DistCheck) -> list[Damage]:
+    """Each file of ``check`` that is damage, not the expected overlap."""
+    found = [Damage(path, "missing") for path in check.missing]
+    found += [Damage(path, "unreadable") for path in check.unreadable]
     for file in check.differ:
         if file.matches is None:
-            found.append(
-                (file.path, "matches no installed wheel's RECORD (corrupt, truncated or another version)")
-            )
+            found.append(Damage(file.path, "foreign"))
         elif install_rank(file.matches) < install_rank(check.name):
-            found.append((file.path, f"holds {file.matches}'s copy"))
+            found.append(Damage(file.path, "sibling", file.matches))
     return found
 
 
 def install(facts: Facts) -> list[Finding]:
-    """``cutlass-dsl-install-damaged`` from the RECORD check (CuTeDSL era only: None otherwise)."""
+    """``cutlass-dsl-install-damaged`` from the RECORD check (``facts.dsl_install``: None outside the CuTeDSL
+    era, then nothing to say)."""
     dsl: DslInstallFacts | None = facts.dsl_install
     if dsl is None:
         return []
-    damaged = [(d, damage(d)) for d in dsl.dists]
-    damaged = [(d, bad) for d, bad in damaged if bad]
+    damaged = [(d, bad) for d, bad in ((d, damage(d)) for d in dsl.dists) if bad]
     if not damaged:
         return []
     evidence = []
@@ -77,7 +98,7 @@ def install(facts: Facts) -> list[Finding]:
             f"{d.name} {d.version} at {d.location}: {len(bad)} of {d.files_checked} files not as its RECORD "
             f"lists ({len(d.missing)} missing, {len(d.differ)} differ)"
         )
-        evidence += [f"  {path}: {why}" for path, why in bad[:SHOWN_PATHS]]
+        evidence += [f"  {b.path}: {b.describe()}" for b in bad[:SHOWN_PATHS]]
         if len(bad) > SHOWN_PATHS:
             evidence.append(f"  ... and {len(bad) - SHOWN_PATHS} more")
     evidence.append(
@@ -85,15 +106,7 @@ def install(facts: Facts) -> list[Finding]:
         + ", ".join(f"{d.name} {d.version} ({d.files_checked} files)" for d in dsl.dists)
         + f" in {dsl.seconds:.1f} s"
     )
-    sibling_won = any("'s copy" in why for _, bad in damaged for _, why in bad)
-    foreign = any(why.startswith("matches no") for _, bad in damaged for _, why in bad)
-    how = []
-    if sibling_won:
-        how.append("a sibling wheel's copy of a shared file won where this wheel's should have")
-    if foreign:
-        how.append("some files match no installed wheel (corrupted, truncated or left from another version)")
-    if any(d.missing for d, _ in damaged):
-        how.append("some files are missing (an uninstalled sibling took shared files with it)")
+    kinds = {b.kind for _, bad in damaged for b in bad}
     return [
         make(
             "cutlass-dsl-install-damaged",
@@ -101,7 +114,7 @@ def install(facts: Facts) -> list[Finding]:
             evidence=evidence,
             summary="; ".join(f"{_files(len(bad))} of {d.name} {d.version}" for d, bad in damaged),
             dists=", ".join(f"{d.name} {d.version}" for d, _ in damaged),
-            how="; ".join(how),
+            how="; ".join(text for kind, text in _HOW.items() if kind in kinds),
             reinstall_command=reinstall_command(dsl, [d.name for d, _ in damaged]),
         )
     ]
