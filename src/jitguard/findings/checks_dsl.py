@@ -72,15 +72,23 @@ _HOW = {
 
 
 def damage(check: DistCheck) -> list[Damage]:
-    """Each file of ``check`` that is damage, not the expected overlap."""
-    found = [Damage(path, "missing") for path in check.missing]
-    found += [Damage(path, "unreadable") for path in check.unreadable]
+    """Each file of ``check`` that is damage, not the expected overlap. Only the files Python imports or loads
+    count: scripts outside the site directory (a conda prefix rewrite changes their bytes) and the dist-info
+    metadata never reach a kernel, and blocking FlashInfer over them would be a false alarm."""
+    found = [Damage(path, "missing") for path in check.missing if _loaded(path)]
+    found += [Damage(path, "unreadable") for path in check.unreadable if _loaded(path)]
     for file in check.differ:
+        if not _loaded(file.path):
+            continue
         if file.matches is None:
             found.append(Damage(file.path, "foreign"))
         elif install_rank(file.matches) < install_rank(check.name):
             found.append(Damage(file.path, "sibling", file.matches))
     return found
+
+
+def _loaded(path: str) -> bool:
+    return not path.startswith("../") and ".dist-info/" not in path
 
 
 def install(facts: Facts) -> list[Finding]:

@@ -107,6 +107,21 @@ def test_the_evidence_names_the_first_paths_and_counts_the_rest(tmp_path: Path, 
     assert finding.evidence[-1].startswith(f"checked: {BASE} 4.8.1 (9 files)")
 
 
+def test_a_rewritten_script_or_metadata_file_blocks_nothing(tmp_path: Path, site: Path) -> None:
+    """Files no import reaches: a bin script outside the site directory (conda rewrites their prefix) and the
+    dist-info. The facts still list them; only the finding leaves them out."""
+    lib = site / "lib" / "python3" / "site-packages"
+    info = make_installed(
+        lib, BASE, "4.8.1", {"../../../bin/run-iket": b"#!/old/python\n", "nvidia_cutlass_dsl/a.py": b"a\n"}
+    )
+    (site / "bin" / "run-iket").write_bytes(b"#!/new/prefix/python\n")
+    (info / "INSTALLER").write_bytes(b"conda\n")
+    facts = dsl_install.probe([str(lib)])
+    assert {d.path for d in facts.dists[0].differ} == {"../../../bin/run-iket", f"{info.name}/INSTALLER"}
+    make_dist(site, "flashinfer-python", "0.6.18", requires=(f"nvidia-cutlass-dsl{FLOOR}",))
+    assert checks_dsl.install(make_facts(tmp_path, dsl_install=facts)) == []
+
+
 def test_an_intact_install_and_an_unchecked_one_give_no_finding(tmp_path: Path, site: Path) -> None:
     make_installed(site, BASE, "4.8.1", {"nvidia_cutlass_dsl/a.py": b"a\n"})
     assert "cutlass-dsl-install-damaged" not in damaged_finding(tmp_path, site)
