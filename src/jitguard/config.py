@@ -140,6 +140,9 @@ class Settings:
     share_url: str | None = None  # JITGUARD_SHARE: the artifact store fetched before a build
     share_publish: bool = False  # JITGUARD_SHARE_PUBLISH: also publish what a guarded build made
     share_timeout: float = 120.0  # JITGUARD_SHARE_TIMEOUT: bound on one fetch or publish
+    cutedsl_cache: bool = (
+        True  # JITGUARD_CUTEDSL_CACHE: keep compiled CuTeDSL kernels (supervise.cutedsl_cache)
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -151,6 +154,9 @@ class Settings:
 
         disabled = _flag(get("JITGUARD_DISABLE"), "JITGUARD_DISABLE")
         share_publish = _flag(get("JITGUARD_SHARE_PUBLISH"), "JITGUARD_SHARE_PUBLISH")
+        cutedsl_cache = get("JITGUARD_CUTEDSL_CACHE") is None or _flag(
+            get("JITGUARD_CUTEDSL_CACHE"), "JITGUARD_CUTEDSL_CACHE"
+        )
         compiler_cache = (get("JITGUARD_COMPILER_CACHE") or "auto").strip().lower()
         if compiler_cache not in COMPILER_CACHES:
             raise ConfigError(
@@ -199,6 +205,7 @@ class Settings:
             compiler_cache=compiler_cache,
             share_url=share_url,
             share_publish=share_publish,
+            cutedsl_cache=cutedsl_cache,
             **timeouts,
         )
 

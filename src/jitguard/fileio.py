@@ -104,9 +104,10 @@ def safe_name(text: str, *, limit: int = 80) -> str:
 # -- reading -----------------------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path, *, root: Path | None = None) -> bytes:
+def read_bytes(path: Path, *, root: Path | None = None, limit: int = MAX_READ_BYTES) -> bytes:
     """The bytes of ``path``, a regular file of ours that others cannot write, opened without following a
-    link. With ``root`` every directory from ``root`` down to the file must be trusted too. Raises OSError."""
+    link, at most ``limit`` of them. With ``root`` every directory from ``root`` down to the file must be
+    trusted too. Raises OSError."""
     path = Path(path)
     with _parent_fd(path, root, create=False) as dir_fd:
         fd = os.open(path.name, _READ, dir_fd=dir_fd)
@@ -117,11 +118,21 @@ def read_bytes(path: Path, *, root: Path | None = None) -> bytes:
             reasons = untrusted_reasons(st)
             if reasons:
                 raise UntrustedPath(path, reasons)
-            data = os.read(fd, MAX_READ_BYTES + 1)
+            if st.st_size > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+            chunks = []
+            left = limit + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
         finally:
             os.close(fd)
-    if len(data) > MAX_READ_BYTES:
-        raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
 
 
@@ -156,10 +167,35 @@ def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
             raise
 
 
+def write_new(path: Path, data: bytes, *, root: Path | None = None) -> bool:
+    """Create ``path`` holding ``data`` unless something is there already (then False, and it stays as it
+    was): written in full to a private temporary file first and linked into place, so readers see all of it or
+    nothing, and of two concurrent writers exactly one wins. Raises OSError as ``write_atomic`` does."""
+    path = Path(path)
+    with _parent_fd(path, root, create=True) as dir_fd:
+        temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            try:
+                os.link(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+
+
 def write_json(path: Path, data: dict[str, Any], *, root: Path | None = None) -> None:
     """``data`` as JSON, secrets redacted, written with ``write_atomic`` (concurrent writers: last one wins)."""
-    text = json.dumps(redact_tree(data, names=False), indent=1, sort_keys=True) + "\n"
-    write_atomic(path, text.encode(), root=root)
+    write_atomic(path, json_bytes(data), root=root)
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    """``data`` as the JSON text jitguard writes: secrets redacted, keys sorted."""
+    return (json.dumps(redact_tree(data, names=False), indent=1, sort_keys=True) + "\n").encode()
 
 
 def remove(path: Path) -> bool:

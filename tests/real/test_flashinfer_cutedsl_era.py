@@ -460,3 +460,76 @@ def test_a_missing_dsl_is_reported_with_the_install_command(
     ]
     assert _commands(finding)[0] == f"pip install 'nvidia-cutlass-dsl{DSL_FLOOR}'"
     assert "cutlass-dsl-too-old" not in [f["code"] for f in findings]
+
+
+# ---- the kernel cache over the real FlashInfer code ---------------------------------------------------------
+# jitguard.install() before FlashInfer is imported: the import hook routes FlashInfer's CuTeDSL compile cache
+# and every kernel module's `cached_compile` binding. A real CuTeDSL kernel (a KeyedCompileMixin, as FlashInfer
+# writes them, with a host function that launches nothing, so it needs no GPU) then goes through it with the
+# real DSL: cute.compile for sm_90a, dump_to_object, the DSL's load_module in a later process, the call.
+ROUTED_SCRIPT = (
+    H200_LOAD_SCRIPT.split("from jitguard.gdn.backends")[0]
+    + r"""
+import json, logging, sys, time
+import jitguard
+jitguard.install()
+import flashinfer.gdn_prefill
+from flashinfer.gdn_kernels.delta_rule_dsl import custom_compile_cache as ccc, delta_rule_sm90
+from jitguard.supervise.cutedsl_cache import is_routed
+import cutlass, cutlass.cute as cute, torch
+from cutlass.cute.runtime import from_dlpack
+
+class Tiny(ccc.KeyedCompileMixin):
+    def __init__(self, needs_alpha):
+        self.needs_alpha = needs_alpha
+        self.manual_cache_key("needs_alpha")
+
+    @cute.jit
+    def __call__(self, a: cute.Tensor, n: cutlass.Int32):
+        pass
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+a = from_dlpack(torch.zeros(32)).mark_layout_dynamic()
+start = time.monotonic()
+first = ccc.cached_compile(Tiny(True), a, cutlass.Int32(3), compile_options=(cute.GPUArch("sm_90a"),))
+took = time.monotonic() - start
+again = delta_rule_sm90.cached_compile(Tiny(True), a, cutlass.Int32(3), compile_options=(cute.GPUArch("sm_90a"),))
+first(a, cutlass.Int32(5))
+print("RESULT " + json.dumps({
+    "routed": is_routed(ccc),
+    "sm90_binding_routed": delta_rule_sm90.cached_compile is ccc.cached_compile,
+    "kernel": type(first).__name__,
+    "same_object_again": first is again,
+    "in_flashinfers_dict": len(ccc._in_mem_compile_cache),
+    "seconds": took,
+}))
+"""
+)
+
+
+def test_install_routes_flashinfers_compile_cache_and_the_real_dsl_round_trips(
+    target: Path, workdir: Path
+) -> None:
+    env = _env(workdir, target, SRC)
+    env["JITGUARD_CACHE_DIR"] = str(workdir / "kernel-cache-test")
+    script = workdir / "routed.py"  # the DSL compiles from source files only
+    script.write_text(ROUTED_SCRIPT)
+    cold_code, cold_out, cold_err = _python([str(script)], env, workdir)
+    cold = _result((cold_code, cold_out, cold_err))
+    assert cold["routed"] and cold["sm90_binding_routed"]
+    assert cold["same_object_again"] and cold["in_flashinfers_dict"] == 1
+    assert "kept the CuTeDSL kernel Tiny(alpha)" in cold_err, cold_err[-4000:]
+    objects = list((workdir / "kernel-cache-test" / "kernels").glob("*.o"))
+    assert len(objects) == 1 and objects[0].read_bytes()[:4] == b"\x7fELF"
+
+    warm_code, warm_out, warm_err = _python([str(script)], env, workdir)
+    warm = _result((warm_code, warm_out, warm_err))
+    assert "loaded the CuTeDSL kernel Tiny(alpha) from the kernel cache" in warm_err, warm_err[-4000:]
+    assert "kept the CuTeDSL kernel" not in warm_err  # nothing compiled, nothing published again
+    assert warm["same_object_again"] and warm["in_flashinfers_dict"] == 1  # FlashInfer's dict holds the load
+    assert "jitguard-fault" not in cold_err + warm_err
+
+    env["JITGUARD_CUTEDSL_CACHE"] = "0"
+    off_code, off_out, off_err = _python([str(script)], env, workdir)
+    off = _result((off_code, off_out, off_err))
+    assert not off["routed"] and "CuTeDSL kernel" not in off_err

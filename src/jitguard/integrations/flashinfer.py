@@ -10,7 +10,11 @@ once when it already is:
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
   ``supervise.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
-  FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module).
+  FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module);
+- ``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile`` (>= 0.6.14), as that module is
+  imported -> ``supervise.cutedsl_cache``: each CuTeDSL GDN kernel is compiled once per host and loaded from
+  jitguard's kernel cache by every later process (``JITGUARD_CUTEDSL_CACHE=0`` keeps FlashInfer's per-process
+  compile).
 
 Supported: flashinfer-python >= 0.6.2 whose ``jit.core`` still has the nvcc ``JitSpec`` (0.6.2-0.6.13 build
 GDN with it; later versions use it for their other nvcc modules). Anything else is left untouched, with one
@@ -39,6 +43,7 @@ log = logging.getLogger("jitguard.hook")
 CORE_MODULE = "flashinfer.jit.core"
 CPP_EXT_MODULE = "flashinfer.jit.cpp_ext"
 GDN_MODULE = "flashinfer.gdn_prefill"
+CUTEDSL_CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 _MARK = "__jitguard_original__"
 
 _lock = threading.RLock()
@@ -61,6 +66,9 @@ def install() -> bool:
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
             _route_gdn(gdn)
+        compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
+        if compile_cache is not None:
+            _route_cutedsl(compile_cache)
         core = sys.modules.get(CORE_MODULE)
         if core is not None:
             return _patch(core)
@@ -82,6 +90,11 @@ def uninstall() -> None:
             from jitguard.supervise.gdn_router import unroute
 
             unroute(gdn)
+        compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
+        if compile_cache is not None:
+            from jitguard.supervise import cutedsl_cache
+
+            cutedsl_cache.unroute(compile_cache)
 
 
 def is_active() -> bool:
@@ -191,6 +204,10 @@ def _on_import(module: ModuleType) -> None:
     if module.__name__ == GDN_MODULE:
         _route_gdn(module)
         return
+    if module.__name__ == CUTEDSL_CACHE_MODULE:
+        if not Settings.from_env().disabled:
+            _route_cutedsl(module)
+        return
 
     def patch() -> bool:
         return not Settings.from_env().disabled and _patch(module)
@@ -206,6 +223,20 @@ def _route_gdn(module: ModuleType) -> bool:
 
     return shielded(
         "routing FlashInfer's GDN prefill", "FlashInfer builds its full GDN module", route, lambda: False
+    )
+
+
+def _route_cutedsl(module: ModuleType) -> bool:
+    def route() -> bool:
+        from jitguard.supervise import cutedsl_cache
+
+        return cutedsl_cache.route(module)
+
+    return shielded(
+        "routing FlashInfer's CuTeDSL compile cache",
+        "FlashInfer compiles its CuTeDSL kernels in every process",
+        route,
+        lambda: False,
     )
 
 
@@ -235,8 +266,8 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
 
 
 class _CoreImportHook(PostImportHook):
-    """Patches ``flashinfer.jit.core`` and ``flashinfer.gdn_prefill`` as they are imported (a class of its own,
-    so it can be told apart on ``sys.meta_path``)."""
+    """Patches ``flashinfer.jit.core``, ``flashinfer.gdn_prefill`` and FlashInfer's CuTeDSL compile cache as
+    they are imported (a class of its own, so it can be told apart on ``sys.meta_path``)."""
 
     def __init__(self) -> None:
-        super().__init__((CORE_MODULE, GDN_MODULE), _on_import)
+        super().__init__((CORE_MODULE, GDN_MODULE, CUTEDSL_CACHE_MODULE), _on_import)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.gdn import CallSpec
@@ -35,6 +36,7 @@ HEAD_DIM = 128
 DTYPES = ("float16", "bfloat16")
 FIRST_VERSION = "0.6.3"
 CUTEDSL_VERSION = "0.6.14"
+CUTEDSL_CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 
 _kernel: Any = None
 
@@ -110,6 +112,11 @@ def load() -> None:
             module.get_gdn_prefill_module()
     else:
         _check_dsl_kernel()
+        compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
+        if compile_cache is not None:
+            from jitguard.supervise import cutedsl_cache
+
+            cutedsl_cache.route(compile_cache)  # each kernel compiled once per host, not once per process
     _kernel = module.chunk_gated_delta_rule
 
 

@@ -1,0 +1,141 @@
+"""A real vLLM engine (>= 0.26: FlashInfer's CuTeDSL GDN prefill) started again and again: stock vs jitguard's
+kernel cache, time to ready and to the first token.
+
+Usage (on the GPU host, with vLLM 0.26.0 from ../shared/gpu-e2e/ on PYTHONPATH):
+    python benchmarks/cutedsl_engine.py --work DIR [--out benchmarks/results/cutedsl_engine]
+
+Rows, each a fresh engine (``benchmarks/vllm_engine_start.py serve MODEL flashinfer greedy``, its own session,
+killed by process group after): stock (warms Triton's and vLLM's own caches, so later rows compare only what
+differs), stock again, jitguard with an empty kernel cache (cold), jitguard again (warm), jitguard again.
+``JITGUARD_DISABLE=1`` makes a row stock: the plugin and the hook step aside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROWS = (
+    ("stock (warms Triton)", True),
+    ("stock", True),
+    ("jitguard cold", False),
+    ("jitguard warm", False),
+    ("jitguard warm again", False),
+)
+LIMIT_S = 420
+
+
+def start_engine(model: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "vllm_engine_start.py"), "serve", str(model), "flashinfer", "greedy"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=handle,
+            text=True,
+            start_new_session=True,
+        )
+        result: dict[str, Any] = {}
+        try:
+            out, _ = proc.communicate(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            out = ""
+            result["timed_out"] = True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for line in out.splitlines():
+        parts = line.split()
+        if line.startswith("BENCH READY"):
+            result["ready_s"] = float(parts[2]) - t0
+        elif line.startswith("BENCH TTFT"):
+            result["ttft_s"] = float(parts[2])
+        elif line.startswith("BENCH GENERATED"):
+            result["generated"] = int(parts[2])
+    result["exit"] = proc.returncode
+    result["wall_s"] = time.monotonic() - t0
+    text = log.read_text(errors="replace").splitlines()
+    result["log"] = [line for line in text if "jitguard" in line.lower() or "CuTeDSL" in line][-10:]
+    if "ready_s" not in result:
+        result["tail"] = text[-15:]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cutedsl_engine"))
+    args = parser.parse_args()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "model"
+    model.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, str(HERE / "vllm_engine_start.py"), "model", str(model)], check=True)
+    cache = work / "jitguard-cache"
+    subprocess.run(["rm", "-rf", str(cache)], check=True)
+    rows = []
+    for i, (label, stock) in enumerate(ROWS):
+        env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+        env.pop("JITGUARD_DISABLE", None)
+        if stock:
+            env["JITGUARD_DISABLE"] = "1"
+        row = {"label": label, **start_engine(model, env, work / f"engine-{i}.log")}
+        rows.append(row)
+        print(
+            label, json.dumps({k: row.get(k) for k in ("exit", "ready_s", "ttft_s", "generated")}), flush=True
+        )
+    versions = {}
+    for dist in ("vllm", "flashinfer-python", "nvidia-cutlass-dsl", "torch"):
+        try:
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            versions[dist] = "-"
+    meta = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out.with_suffix(".jsonl"), "w") as handle:
+        handle.write(json.dumps({"meta": meta}) + "\n")
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    lines = [
+        "# vLLM engine start with FlashInfer's CuTeDSL GDN prefill: stock vs jitguard's kernel cache",
+        "",
+        f"{meta['date']} on {meta['host']} ({meta['cpus']} CPUs); "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ". Tiny random-weight Qwen3-Next (benchmarks/vllm_engine_start.py), `--gdn-prefill-backend flashinfer`, "
+        "eager, TP1. Command: `python benchmarks/cutedsl_engine.py --work DIR`.",
+        "",
+        "| engine | ready (s) | first token (s) | tokens | exit |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ready = f"{row['ready_s']:.1f}" if "ready_s" in row else "-"
+        ttft = f"{row['ttft_s']:.2f}" if "ttft_s" in row else "-"
+        lines.append(f"| {row['label']} | {ready} | {ttft} | {row.get('generated', '-')} | {row['exit']} |")
+    lines += ["", "What the engines logged about jitguard and CuTeDSL:", ""]
+    for row in rows:
+        for line in row.get("log", []) or row.get("tail", []):
+            lines.append(f"- {row['label']}: `{line.strip()[:220]}`")
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

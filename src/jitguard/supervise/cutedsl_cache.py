@@ -1,0 +1,358 @@
+"""Compile each FlashInfer CuTeDSL kernel once per host, not once per process (FlashInfer >= 0.6.14).
+
+FlashInfer's GDN prefill kernels (SM90, SM120, the context-parallel ones) go through one function,
+``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile(func, *args, compile_options)``:
+a lookup in a process-memory dict (``_in_mem_compile_cache``, keyed by the kernel object's
+``_get_compile_key()`` and the options), else ``cute.compile``. Every process, every rank, every restart
+compiles again (measured 3.7-7.9 s per specialisation on an H200). ``route(module)`` puts a persisting
+``cached_compile`` in its place (and in every FlashInfer module that imported the name), which on a miss of
+that dict:
+
+1. keys the kernel by everything that changes it (``kernel_key``): FlashInfer's version and the kernel's source
+   file, FlashInfer's own compile key and options, the GPU arch, the DSL stack (``facts.cutedsl``) and the
+   ``CUTE_DSL_*`` variables. A compile key jitguard cannot write down stably (an object's address in it) is
+   not persisted: the kernel is compiled as without jitguard;
+2. loads it from the kernel cache (``state.kernel_cache``: verified by sha256, trusted like the rest of the
+   cache dir) with the DSL's own loader (``cute.runtime.load_module``) and puts it in FlashInfer's dict, so
+   FlashInfer's own later lookups (and ``get_cached_compile``) find it;
+3. else takes a per-kernel lock (other ranks wait, visibly, then load), compiles with FlashInfer's own
+   ``cached_compile`` (logged when it takes over a second: what, and for how long), exports the object with
+   the DSL (``dump_to_object``, or ``export_to_c`` for a TVM-FFI kernel), checks that it loads back, and
+   publishes it; the in-process kernel serves this process.
+
+Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
+object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
+and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller
+unchanged. ``JITGUARD_DISABLE=1`` or ``JITGUARD_CUTEDSL_CACHE=0`` is stock FlashInfer.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from jitguard.config import Settings, format_duration
+from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.facts.cutedsl import dsl_environment, dsl_stack
+from jitguard.state.kernel_cache import KernelCache, KernelEntry, KernelKey
+from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
+
+CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
+FUNCTION = "cached_compile"
+_MARK = "__jitguard_original__"
+KEY_VERSION = "1"
+# A compile longer than this is logged as it happens ("compiling ..."), then with its duration.
+VISIBLE_AFTER_S = 1.0
+# Other ranks wait this long at most for one compile (seconds each, normally), then compile themselves.
+MAX_WAIT_S = 600.0
+
+log = logging.getLogger("jitguard.cutedsl")
+_lock = threading.RLock()
+_warned: set[str] = set()
+
+
+class NotPersistable(Exception):
+    """This kernel's compile key cannot be written down stably; it is compiled as without jitguard."""
+
+
+def route(module: ModuleType) -> bool:
+    """Replace ``module.cached_compile`` (FlashInfer's ``custom_compile_cache``) and every binding of it in an
+    imported FlashInfer module with the persisting one. Idempotent; False, leaving FlashInfer as it is, when
+    the module is not laid out as jitguard knows it, or the cache is off (JITGUARD_CUTEDSL_CACHE=0)."""
+    settings = Settings.from_env()
+    if settings.disabled or not settings.cutedsl_cache:
+        return False
+    with _lock:
+        current = getattr(module, FUNCTION, None)
+        if current is not None and getattr(current, _MARK, None) is not None:
+            return True
+        known = isinstance(getattr(module, "_in_mem_compile_cache", None), dict) and callable(
+            getattr(module, "_compile_options_key", None)
+        )
+        if current is None or not callable(current) or not known:
+            _warn_once(
+                "layout",
+                "jitguard: this FlashInfer's CuTeDSL compile cache is not laid out as jitguard knows it "
+                "(%s.%s); its kernels are compiled in every process as without jitguard",
+                module.__name__,
+                FUNCTION,
+            )
+            return False
+        persisting = _persisting(module, current)
+        setattr(persisting, _MARK, current)
+        setattr(module, FUNCTION, persisting)
+        _rebind(current, persisting)
+        return True
+
+
+def unroute(module: ModuleType) -> None:
+    """Put FlashInfer's own ``cached_compile`` back everywhere (tests; ``jitguard.uninstall``)."""
+    with _lock:
+        current = getattr(module, FUNCTION, None)
+        original = getattr(current, _MARK, None)
+        if original is not None:
+            setattr(module, FUNCTION, original)
+            _rebind(current, original)
+
+
+def is_routed(module: ModuleType) -> bool:
+    return getattr(getattr(module, FUNCTION, None), _MARK, None) is not None
+
+
+def _rebind(old: Any, new: Any) -> None:
+    for name, mod in list(sys.modules.items()):
+        if (name == "flashinfer" or name.startswith("flashinfer.")) and getattr(mod, FUNCTION, None) is old:
+            setattr(mod, FUNCTION, new)
+
+
+def _persisting(module: ModuleType, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def cached_compile(func: Any, *args: Any, compile_options: Any = None, **kwargs: Any) -> Any:
+        def stock() -> Any:
+            return original(func, *args, compile_options=compile_options, **kwargs)
+
+        try:
+            memory_key = (func._get_compile_key(), module._compile_options_key(compile_options))
+            known = module._in_mem_compile_cache.get(memory_key)
+        except Exception:  # FlashInfer's own key fails: let FlashInfer say so, as it would
+            return stock()
+        if known is not None:
+            return known
+        return _first_use(module, func, compile_options, memory_key, stock)
+
+    return cached_compile
+
+
+def _first_use(module: ModuleType, func: Any, options: Any, memory_key: Any, stock: Callable[[], Any]) -> Any:
+    try:
+        settings = Settings.from_env()
+        if settings.disabled or not settings.cutedsl_cache:
+            return stock()
+        key = kernel_key(func, options, memory_key)
+        cache = KernelCache(settings.cache_dir)
+    except NotPersistable as exc:
+        _warn_once("persist", "jitguard: %s; compiled in this process only", exc, level=logging.DEBUG)
+        return _timed(stock, _describe(func, options))
+    except Exception as exc:
+        _fault("keying a CuTeDSL kernel", exc)
+        return stock()
+
+    loaded = _load(cache, key)
+    if loaded is not None:
+        module._in_mem_compile_cache[memory_key] = loaded
+        return loaded
+    lock = _take_lock(settings, key)
+    try:
+        loaded = _load(cache, key) if lock is not None else None  # published while we waited
+        if loaded is not None:
+            module._in_mem_compile_cache[memory_key] = loaded
+            return loaded
+        compiled = _timed(stock, key.name)  # FlashInfer's errors are the caller's
+        _publish(cache, key, compiled)
+        return compiled
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def kernel_key(func: Any, options: Any, memory_key: Any) -> KernelKey:
+    """Everything that makes this compiled kernel what it is. Raises NotPersistable when FlashInfer's compile
+    key does not read the same in another process (an object's address in its text)."""
+    kernel_text = repr(memory_key)
+    if " at 0x" in kernel_text or "<locals>" in kernel_text:
+        raise NotPersistable(f"the compile key of {type(func).__name__} names a process-local object")
+    stack = dsl_stack()
+    if not stack:
+        raise NotPersistable("no nvidia-cutlass-dsl distribution is installed")
+    try:
+        source = inspect.getsourcefile(type(func))
+    except (OSError, TypeError):
+        source = None
+    if source is None or not os.path.isfile(source):
+        raise NotPersistable(f"the source of {type(func).__name__} cannot be found")
+    material = {
+        "key_version": KEY_VERSION,
+        "flashinfer": _version("flashinfer-python"),
+        "kernel_source": _file_digest(source),
+        "kernel": kernel_text,
+        "arch": _arch(options),
+        "dsl": ";".join(stack),
+        "dsl_env": ";".join(dsl_environment()),
+    }
+    return KernelKey(name=_describe(func, options), material=material)
+
+
+def _describe(func: Any, options: Any) -> str:
+    """``_FullyFusedDeltaRuleSm90(bf16, alpha, beta, init_state)``: the class and what is switched on."""
+    attrs = getattr(func, "__dict__", {})
+    on = [
+        name.removeprefix("needs_")
+        for name, value in attrs.items()
+        if name.startswith("needs_") and value is True
+    ]
+    dtype = attrs.get("dtype") or attrs.get("io_dtype")
+    parts = ([getattr(dtype, "__name__", str(dtype))] if dtype is not None else []) + on
+    return f"{type(func).__name__}({', '.join(parts)})"
+
+
+def _arch(options: Any) -> str:
+    """The GPU arch the kernel is compiled for: the GPUArch option, else CUTE_DSL_ARCH, else the device's."""
+    for option in options if isinstance(options, tuple) else (options,):
+        if type(option).__name__ == "GPUArch" and getattr(option, "value", None):
+            return str(option.value)
+    if os.environ.get("CUTE_DSL_ARCH"):
+        return os.environ["CUTE_DSL_ARCH"]
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+@functools.cache
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _timed(compile: Callable[[], Any], name: str) -> Any:
+    """``compile()``, said in the log when it takes over VISIBLE_AFTER_S: at that point, and when done."""
+    ensure_visible_logging()
+    start = time.monotonic()
+    started = threading.Timer(
+        VISIBLE_AFTER_S,
+        lambda: log.info("jitguard: compiling the CuTeDSL kernel %s (first use on this host)...", name),
+    )
+    started.daemon = True
+    started.start()
+    try:
+        result = compile()
+    finally:
+        started.cancel()
+    took = time.monotonic() - start
+    if took > VISIBLE_AFTER_S:
+        log.info("jitguard: compiled the CuTeDSL kernel %s in %s", name, format_duration(took))
+    return result
+
+
+def _take_lock(settings: Settings, key: KernelKey) -> ModuleLock | None:
+    """The per-kernel lock, held while one process compiles and publishes; None when it cannot be had (then
+    this process compiles on its own: harmless, the first publish is kept)."""
+    from jitguard import fileio
+
+    try:
+        path = fileio.state_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"
+        lock = ModuleLock(
+            path,
+            f"CuTeDSL kernel {key.name}",
+            timeout=min(settings.lock_timeout, MAX_WAIT_S),
+            report_interval=2.0,
+        )
+        lock.acquire()
+    except (LockTimeout, LockUnavailable, OSError) as exc:
+        _warn_once("lock", "jitguard: compiling %s without waiting for other processes: %s", key.name, exc)
+        return None
+    return lock
+
+
+def _load(cache: KernelCache, key: KernelKey) -> Any:
+    """The cached kernel, loaded; None on a miss or when it does not load (warned once, then compiled)."""
+    try:
+        lookup = cache.get(key)
+        if lookup.entry is None:
+            log.debug("jitguard: kernel cache miss for %s: %s", key.name, lookup.reason)
+            return None
+        start = time.monotonic()
+        loaded = load_object(lookup.entry)
+    except Exception as exc:
+        _fault(f"loading the cached CuTeDSL kernel {key.name}", exc)
+        return None
+    ensure_visible_logging()
+    log.info(
+        "jitguard: loaded the CuTeDSL kernel %s from the kernel cache in %s (no compile)",
+        key.name,
+        format_duration(time.monotonic() - start),
+    )
+    return loaded
+
+
+def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> None:
+    try:
+        blob, format = export_object(compiled, key.symbol)
+        load_object(
+            KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
+        )  # a kernel that does not load back is not kept for others
+        if cache.put(key, blob, format=format):
+            log.info("jitguard: kept the CuTeDSL kernel %s for later processes (%s)", key.name, cache.root)
+    except Exception as exc:
+        _fault(f"keeping the CuTeDSL kernel {key.name}", exc)
+
+
+def export_object(compiled: Any, symbol: str) -> tuple[bytes, str]:
+    """The compiled kernel as an object file the DSL loads back, and its format."""
+    if _is_tvm_ffi(compiled):
+        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-") as directory:
+            path = Path(directory) / f"{symbol}.o"
+            compiled.export_to_c(str(path), function_name=symbol)
+            return path.read_bytes(), "tvm-ffi-object"
+    return bytes(compiled.dump_to_object(symbol)), "cute-object"
+
+
+def load_object(entry: KernelEntry) -> Any:
+    """The kernel in ``entry``, loaded by the DSL: a function taking the same arguments as the compiled one.
+    The verified bytes are loaded from a private copy, never from the cache file itself (a file swapped
+    between the check and the load would not be the one checked)."""
+    import cutlass.cute as cute
+
+    with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-") as directory:
+        path = Path(directory) / f"{entry.symbol}.o"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(entry.blob)
+        module = cute.runtime.load_module(str(path), enable_tvm_ffi=entry.format == "tvm-ffi-object")
+        return getattr(module, entry.symbol)
+
+
+def _is_tvm_ffi(compiled: Any) -> bool:
+    return any(cls.__name__.startswith("TVMFFI") for cls in type(compiled).__mro__)
+
+
+def _fault(where: str, exc: BaseException) -> None:
+    """One warning per process and kind of fault: jitguard's ``jitguard-fault`` finding, cause and fix."""
+    from jitguard.findings.checks_jitguard import fault
+
+    finding = fault(where, "the kernel is compiled in this process, as without jitguard", exc)
+    _warn_once(
+        f"fault:{where.split(' ')[0]}:{type(exc).__name__}",
+        "jitguard: [%s] %s. %s%s",
+        finding.code,
+        finding.title,
+        finding.cause,
+        finding.fix_suffix(),
+    )
+    log.debug("jitguard: the fault in %s", where, exc_info=(type(exc), exc, exc.__traceback__))
+
+
+def _warn_once(what: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
+    with _lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    log.log(level, message, *args)

@@ -1,0 +1,281 @@
+"""The persisting ``cached_compile``: FlashInfer's in-memory dict first, then the kernel cache, then one compile
+per host that every later process loads; never worse than FlashInfer's own compile.
+
+FlashInfer's ``custom_compile_cache`` module is modelled here by a module object with its three names
+(``cached_compile``, ``_in_mem_compile_cache``, ``_compile_options_key``, as in 0.6.14 - 0.7.4) and the DSL's
+export and load by byte round trips: the real FlashInfer code is driven in tests/real/test_cutedsl_kernel_cache.py
+and the real DSL export/load on the H200 (tests/gpu/test_cutedsl_kernel_cache.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jitguard.state.kernel_cache import KernelCache
+from jitguard.supervise import cutedsl_cache
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+class GPUArch:  # the DSL's option class is matched by name
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class Kernel:
+    """A kernel object as FlashInfer makes them: flags, a dtype, a compile key."""
+
+    def __init__(self, needs_alpha: bool = True, dtype: str = "bf16") -> None:
+        self.needs_alpha = needs_alpha
+        self.needs_init_state = False
+        self.dtype = dtype
+
+    def _get_compile_key(self) -> tuple[Any, ...]:
+        return ("Kernel", self.needs_alpha, self.dtype)
+
+
+class Compiled:
+    def __init__(self, label: bytes) -> None:
+        self.label = label
+
+    def dump_to_object(self, symbol: str) -> bytes:
+        return b"OBJ:" + symbol.encode() + b":" + self.label
+
+
+def flashinfer_like(compiles: list[bytes]) -> types.ModuleType:
+    module = types.ModuleType("flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache")
+    module._in_mem_compile_cache = {}  # type: ignore[attr-defined]
+    module._compile_options_key = lambda options: tuple((type(o).__name__, o.value) for o in options or ())  # type: ignore[attr-defined]
+
+    def cached_compile(func: Any, *args: Any, compile_options: Any = None, **kwargs: Any) -> Any:
+        key = (func._get_compile_key(), module._compile_options_key(compile_options))  # type: ignore[attr-defined]
+        found = module._in_mem_compile_cache.get(key)  # type: ignore[attr-defined]
+        if found is None:
+            label = f"compiled-{len(compiles)}".encode()
+            compiles.append(label)
+            found = module._in_mem_compile_cache[key] = Compiled(label)  # type: ignore[attr-defined]
+        return found
+
+    module.cached_compile = cached_compile  # type: ignore[attr-defined]
+    return module
+
+
+class Loaded:
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+
+@pytest.fixture
+def dsl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A DSL stack, the DSL's load as a byte round trip, and a fresh cache dir."""
+    monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
+    monkeypatch.delenv("JITGUARD_CUTEDSL_CACHE", raising=False)
+    monkeypatch.setattr(cutedsl_cache, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
+    monkeypatch.setattr(cutedsl_cache, "load_object", lambda entry: Loaded(entry.blob))
+    cutedsl_cache._warned.clear()
+    return tmp_path / "cache"
+
+
+OPTIONS = (GPUArch("sm_90a"),)
+
+
+def test_the_first_process_compiles_and_keeps_every_later_one_loads(dsl: Path) -> None:
+    compiles: list[bytes] = []
+    first = flashinfer_like(compiles)
+    assert cutedsl_cache.route(first)
+    compiled = first.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS)
+    assert isinstance(compiled, Compiled) and compiles == [b"compiled-0"]
+    assert first.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS) is compiled  # FlashInfer's dict
+    assert len(KernelCache(dsl).entries()) == 1
+
+    later = flashinfer_like(compiles)  # a new process: FlashInfer's dict is empty
+    cutedsl_cache.route(later)
+    loaded = later.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS)
+    assert isinstance(loaded, Loaded) and compiles == [b"compiled-0"]  # no second compile
+    assert loaded.blob.endswith(b":compiled-0")
+    assert later.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS) is loaded
+    assert list(later._in_mem_compile_cache.values()) == [loaded]  # FlashInfer's own lookups find it
+
+
+def test_each_specialisation_and_arch_is_its_own_entry(dsl: Path) -> None:
+    compiles: list[bytes] = []
+    module = flashinfer_like(compiles)
+    cutedsl_cache.route(module)
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    module.cached_compile(Kernel(needs_alpha=False), compile_options=OPTIONS)
+    module.cached_compile(Kernel(), compile_options=(GPUArch("sm_120a"),))
+    assert len(compiles) == 3
+    assert len(KernelCache(dsl).entries()) == 3
+
+
+def test_a_new_dsl_stack_is_a_miss(dsl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    monkeypatch.setattr(cutedsl_cache, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.8.0:def"))
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
+    assert len(compiles) == 2
+
+
+def test_a_cute_dsl_variable_is_part_of_the_key(dsl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    monkeypatch.setenv("CUTE_DSL_ENABLE_TVM_FFI", "1")
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert len(compiles) == 2
+
+
+@pytest.mark.parametrize("setting", [("JITGUARD_DISABLE", "1"), ("JITGUARD_CUTEDSL_CACHE", "0")])
+def test_switched_off_it_is_flashinfer_as_it_is(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, setting: tuple[str, str]
+) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(flashinfer_like(compiles))
+    monkeypatch.setenv(*setting)
+    for _ in range(2):
+        cutedsl_cache.route(module := flashinfer_like(compiles))
+        assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
+    assert len(compiles) == 2
+    assert not (dsl / "kernels").exists()
+
+
+def test_a_key_with_an_address_in_it_is_not_kept(dsl: Path) -> None:
+    class Unstable(Kernel):
+        def _get_compile_key(self) -> tuple[Any, ...]:
+            return ("Unstable", object())
+
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Unstable(), compile_options=OPTIONS)
+    assert compiles and not (dsl / "kernels").exists()
+
+
+def test_a_broken_export_or_load_is_one_warning_and_flashinfers_compile(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(compiled: Any, symbol: str) -> tuple[bytes, str]:
+        raise RuntimeError("Error dumping object file")
+
+    monkeypatch.setattr(cutedsl_cache, "export_object", refuse)
+    compiles: list[bytes] = []
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        for needs_alpha in (True, False):
+            cutedsl_cache.route(module := flashinfer_like(compiles))
+            assert isinstance(module.cached_compile(Kernel(needs_alpha), compile_options=OPTIONS), Compiled)
+    faults = [r for r in caplog.records if "jitguard-fault" in r.getMessage()]
+    assert len(faults) == 1, [r.getMessage() for r in faults]
+    assert "Error dumping object file" in faults[0].getMessage()
+    assert len(compiles) == 2 and KernelCache(dsl).entries() == []
+
+
+def test_an_entry_that_does_not_load_is_compiled_instead(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+
+    def no_load(entry: Any) -> Any:
+        raise OSError("libcute_dsl_runtime.so: cannot open shared object file")
+
+    monkeypatch.setattr(cutedsl_cache, "load_object", no_load)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
+    assert len(compiles) == 2
+    assert "libcute_dsl_runtime.so" in caplog.text
+
+
+def test_flashinfers_own_compile_error_reaches_the_caller_unchanged(dsl: Path) -> None:
+    module = flashinfer_like([])
+
+    def failing(func: Any, *args: Any, compile_options: Any = None, **kwargs: Any) -> Any:
+        raise NotImplementedError("DSL kernel is unavailable")
+
+    module.cached_compile = failing  # type: ignore[attr-defined]
+    cutedsl_cache.route(module)
+    with pytest.raises(NotImplementedError, match="DSL kernel is unavailable"):
+        module.cached_compile(Kernel(), compile_options=OPTIONS)
+
+
+def test_route_rebinds_the_name_in_flashinfer_modules_that_imported_it(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = flashinfer_like([])
+    user = types.ModuleType("flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm90")
+    user.cached_compile = module.cached_compile  # type: ignore[attr-defined]  # `from .custom_compile_cache import ...`
+    monkeypatch.setitem(sys.modules, user.__name__, user)
+    original = module.cached_compile
+    assert cutedsl_cache.route(module) and cutedsl_cache.route(module)  # idempotent
+    assert user.cached_compile is module.cached_compile is not original  # type: ignore[attr-defined]
+    assert cutedsl_cache.is_routed(module)
+    cutedsl_cache.unroute(module)
+    assert user.cached_compile is module.cached_compile is original  # type: ignore[attr-defined]
+
+
+def test_a_module_laid_out_otherwise_is_left_alone(dsl: Path, caplog: pytest.LogCaptureFixture) -> None:
+    module = types.ModuleType("flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache")
+    module.cached_compile = lambda *a, **k: None  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert cutedsl_cache.route(module) is False
+    assert "not laid out as jitguard knows it" in caplog.text
+    assert not cutedsl_cache.is_routed(module)
+
+
+# Ranks starting together: one compiles (slowly), the others wait for it and load.
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import sys, time, types
+    sys.path.insert(0, sys.argv[1])
+    from test_cutedsl_cache import Kernel, Loaded, OPTIONS, flashinfer_like
+    from jitguard.supervise import cutedsl_cache
+
+    cutedsl_cache.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
+    cutedsl_cache.load_object = lambda entry: Loaded(entry.blob)
+    compiles = []
+    module = flashinfer_like(compiles)
+    original = module.cached_compile
+    def slow(*args, **kwargs):
+        time.sleep(3)
+        return original(*args, **kwargs)
+    module.cached_compile = slow
+    cutedsl_cache.route(module)
+    kernel = module.cached_compile(Kernel(), compile_options=OPTIONS)
+    print(type(kernel).__name__, len(compiles))
+    """
+)
+
+
+def test_ranks_starting_together_compile_once(tmp_path: Path) -> None:
+    env = {**os.environ, "JITGUARD_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(SRC)}
+    env.pop("JITGUARD_DISABLE", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(Path(__file__).parent)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    outputs = sorted(out.strip() for out, _ in results)
+    assert outputs == ["Compiled 1", "Loaded 0", "Loaded 0", "Loaded 0"], outputs
+    waits = "".join(err for _, err in results)
+    assert "compiling the CuTeDSL kernel Kernel(bf16, alpha)" in waits  # the slow compile was said
+    assert "waiting" in waits.lower()  # and so was the wait for it
+    assert len(KernelCache(tmp_path / "cache").entries()) == 1
