@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from jitguard.facts.disk import DiskFacts
+    from jitguard.facts.dsl_install import DslInstallFacts
     from jitguard.facts.environment import EnvironmentFacts
     from jitguard.facts.flashinfer import FlashinferFacts
     from jitguard.facts.gpu import GpuFacts
@@ -80,6 +81,8 @@ class Facts:
     fingerprint: str
     # fact name -> the error its probe raised (its field then holds an Unavailable)
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    # CuTeDSL era only (None otherwise): the nvidia-cutlass-dsl wheels' files against their RECORD (~1 s)
+    dsl_install: DslInstallFacts | None = None
 
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
@@ -87,6 +90,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     from jitguard.config import default_cache_dir
     from jitguard.facts import (
         disk,
+        dsl_install,
         environment,
         fingerprint,
         flashinfer,
@@ -131,7 +135,10 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         "flashinfer": fi,
         "environment": run("environment", lambda: environment.probe(env)),
     }
+    dsl = None
+    if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
+        dsl = run("dsl_install", dsl_install.probe)
     key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"
-    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable))
+    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable), dsl_install=dsl)

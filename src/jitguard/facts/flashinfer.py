@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,38 @@ GDN_CAPABILITIES = {
     ERA_NVCC: "9.0 (sm_90a)",
     ERA_CUTEDSL: "9.0 (sm_90a), 10.x (sm_100a/103a), 12.x (sm_120a/121a)",
 }
+
+
+# CuTeDSL era: per compute-capability major, (label, the module holding FlashInfer's GDN prefill kernel, the
+# message FlashInfer raises at the first call when that module failed to import). FlashInfer imports these
+# inside try/except (flashinfer/gdn_kernels/__init__.py, delta_rule_dsl/__init__.py, blackwell/__init__.py,
+# read from the 0.6.14 and 0.7.4 wheels), so only importing the module itself shows the cause; for SM100
+# that is blackwell.gdn_prefill (importing the blackwell package swallows the error too).
+GDN_KERNEL_MODULES: dict[int, tuple[str, str, str]] = {
+    9: (
+        "SM90",
+        "flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm90",
+        "SM90 GDN prefill DSL kernel is unavailable",
+    ),
+    10: (
+        "SM100",
+        "flashinfer.gdn_kernels.blackwell.gdn_prefill",
+        "Blackwell GDN prefill kernel is unavailable",
+    ),
+    12: (
+        "SM120",
+        "flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm120",
+        "SM120 GDN prefill DSL kernel is unavailable",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class GdnKernelModule:
+    major: int
+    label: str  # "SM90"
+    module: str
+    unavailable_message: str  # FlashInfer's NotImplementedError text once the import failed
 
 
 @dataclass(frozen=True)
@@ -105,6 +137,25 @@ class ImportProbe:
     error_message: str | None
     traceback_tail: str | None
     seconds: float
+
+
+def gdn_kernel_modules(fi: FlashinferFacts, majors: Iterable[int] = ()) -> tuple[GdnKernelModule, ...]:
+    """The CuTeDSL-era kernel modules GDN prefill imports for ``majors`` (SM90 when none is known: the GPU
+    jitguard is most often asked about), leaving out archs without a kernel and modules this FlashInfer does
+    not ship (when its package directory is known)."""
+    if fi.era != ERA_CUTEDSL:
+        return ()
+    known = set(majors)
+    wanted = sorted(known & set(GDN_KERNEL_MODULES)) if known else [9]
+    found = []
+    for major in wanted:
+        label, module, message = GDN_KERNEL_MODULES[major]
+        if fi.package_dir is not None:
+            relative = Path(*module.split(".")[1:]).with_suffix(".py")
+            if not (Path(fi.package_dir) / relative).is_file():
+                continue
+        found.append(GdnKernelModule(major, label, module, message))
+    return tuple(found)
 
 
 def era_of(version: str | None) -> tuple[str, str | None, int | None]:

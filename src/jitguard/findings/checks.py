@@ -6,13 +6,15 @@ doctor, the GDN resolver, the build hook and the vLLM plugin all ask the same qu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from jitguard.findings import checks_packages, checks_system, checks_toolchain
+from jitguard.findings import checks_dsl, checks_packages, checks_system, checks_toolchain
 from jitguard.findings.model import Finding, sort_findings
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
+    from jitguard.facts.flashinfer import GdnKernelModule
 
 BACKENDS = ("flashinfer", "triton", "torch")
 # Pre-flight codes that doom building any FlashInfer nvcc JIT module here, whichever module (compile or link).
@@ -68,12 +70,19 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 DEEP_IMPORTS = {"flashinfer": "flashinfer.gdn_prefill", "triton": "fla.ops.gated_delta_rule"}
 
 
-def deep_checks(facts: Facts, backend: str, *, timeout: float = 120) -> list[Finding]:
+def deep_checks(
+    facts: Facts, backend: str, *, timeout: float = 120, env: Mapping[str, str] | None = None
+) -> list[Finding]:
     """Import the backend's package in a subprocess and report the original error (``doctor --deep``).
 
     Slower than pre-flight (seconds: it really imports), so never part of it. Skipped when pre-flight already
-    knows the package is missing.
+    knows the package is missing. In FlashInfer's CuTeDSL era it also imports the GDN prefill kernel module of
+    each GPU arch here (SM90 when none is known), at the same time: FlashInfer swallows that module's import
+    error and later raises only NotImplementedError('... DSL kernel is unavailable'). ``env``: the
+    subprocesses' environment (default os.environ).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from jitguard.facts.flashinfer import probe_import
     from jitguard.findings.checks_packages import import_findings
 
@@ -83,6 +92,40 @@ def deep_checks(facts: Facts, backend: str, *, timeout: float = 120) -> list[Fin
     package = "flashinfer-python" if backend == "flashinfer" else "fla-core"
     if package in facts.packages.missing:
         return []
-    probe = probe_import(module, timeout=timeout)
+    kernels = _gdn_kernels(facts) if backend == "flashinfer" else ()
+    with ThreadPoolExecutor(max_workers=1 + len(kernels)) as pool:
+        first = pool.submit(probe_import, module, timeout=timeout, env=env)
+        probes = [(k, pool.submit(probe_import, k.module, timeout=timeout, env=env)) for k in kernels]
     version = facts.flashinfer.version if backend == "flashinfer" else None
-    return import_findings(probe, version=version, backend=backend)
+    cause = checks_dsl.dsl_cause(first.result(), facts) if backend == "flashinfer" else None
+    found = import_findings(
+        first.result(),
+        version=version,
+        backend=backend,
+        context=cause["context"] if cause else "",
+        repair=(cause["repair"], cause["repair_command"]) if cause else None,
+    )
+    if found:
+        return found  # the package itself fails to import: its kernel module fails the same way, first
+    for kernel, probe in probes:
+        found += checks_dsl.kernel_import(probe.result(), kernel, facts)
+    return found
+
+
+def _gdn_kernels(facts: Facts) -> tuple[GdnKernelModule, ...]:
+    """The CuTeDSL-era GDN prefill kernel modules for the GPUs here: their archs from the GPU facts, else from
+    FLASHINFER_CUDA_ARCH_LIST, else SM90."""
+    from jitguard.facts import FactUnavailable
+    from jitguard.facts.flashinfer import gdn_kernel_modules
+
+    try:
+        fi = facts.flashinfer
+        try:
+            majors = [major for major, _ in facts.gpu.capability_pairs()]
+        except FactUnavailable:
+            majors = []
+        if not majors:
+            majors = [int(arch.split(".")[0]) for arch in fi.arch_list]
+        return gdn_kernel_modules(fi, majors)
+    except FactUnavailable:
+        return ()

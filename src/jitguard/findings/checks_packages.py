@@ -2,13 +2,13 @@
 
 flashinfer: torch (a CUDA build), flashinfer-python new enough for GDN prefill, its companions at matching
 versions (jit-cache, cubin: a mismatch makes `import flashinfer` raise), nvidia-cutlass-dsl at FlashInfer's
-own floor in the CuTeDSL era; info when a prebuilt module makes the compile unnecessary or when every process
-compiles. triton: torch, fla-core >= 0.6.0, triton. torch: torch.
+own floor in the CuTeDSL era and its wheels' files intact (``checks_dsl``); info when a prebuilt module makes
+the compile unnecessary or when every process compiles. triton: torch, fla-core >= 0.6.0, triton. torch: torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,6 +20,7 @@ from jitguard.facts.flashinfer import (
     FlashinferFacts,
     ImportProbe,
 )
+from jitguard.findings import checks_dsl
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.model import Finding
@@ -35,7 +36,8 @@ JIT_CACHE_TAGS = ("cu128", "cu129", "cu130")
 
 def check(facts: Facts, backend: str) -> list[Finding]:
     if backend == "flashinfer":
-        return unit(backend, lambda: _flashinfer(facts))
+        # Its own unit: an unknown RECORD check is one fact-unavailable, never the loss of the others.
+        return unit(backend, lambda: _flashinfer(facts)) + unit(backend, lambda: checks_dsl.install(facts))
     if backend == "triton":
         return unit(backend, lambda: _triton(facts.packages))
     if backend == "torch":
@@ -44,11 +46,18 @@ def check(facts: Facts, backend: str) -> list[Finding]:
 
 
 def import_findings(
-    probe: ImportProbe, *, version: str | None = None, backend: str = "flashinfer", context: str = ""
+    probe: ImportProbe,
+    *,
+    version: str | None = None,
+    backend: str = "flashinfer",
+    context: str = "",
+    repair: tuple[str, str] | None = None,
 ) -> list[Finding]:
-    """``flashinfer-import-broken`` from a ``probe_import`` result (GDN resolver, ``doctor --deep``)."""
+    """``flashinfer-import-broken`` from a ``probe_import`` result (GDN resolver, ``doctor --deep``).
+    ``repair``: (sentence, command) of a first fix the caller knows for this cause (e.g. the DSL's)."""
     if probe.ok:
         return []
+    first: dict[str, Any] = {"repair": repair[0], "repair_command": repair[1]} if repair else {}
     evidence = [f"import {probe.module}: {probe.error_type}: {probe.error_message}"]
     if probe.traceback_tail:
         evidence += probe.traceback_tail.splitlines()[-6:]
@@ -62,6 +71,7 @@ def import_findings(
             error_message=probe.error_message,
             version=version or "<version>",
             context=context or _import_context(probe),
+            **first,
         )
     ]
 

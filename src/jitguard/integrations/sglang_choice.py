@@ -17,7 +17,7 @@ Which facts decide which phase (read from FlashInfer 0.6.12 and 0.7.2, the versi
 - **decode** and **verify** run FlashInfer's GDN decode/MTP kernels, CuTeDSL kernels compiled in-process in
   every FlashInfer SGLang pins: no nvcc, no link. Only the findings that stop every FlashInfer GDN kernel
   decide them (``KERNEL_WIDE``: no GPU, no CUDA torch, FlashInfer missing or unimportable, the CuTeDSL
-  missing or too old); the prefill build's findings and its cached failure do not.
+  missing, too old or its install damaged); the prefill build's findings and its cached failure do not.
 
 Which GPU runs what is SGLang's own call: it picks FlashInfer by itself only where it validated it, and its own
 kernel set-up refuses a GPU FlashInfer does not serve; jitguard adds what SGLang does not check.
@@ -58,6 +58,7 @@ KERNEL_WIDE = frozenset(
         "jit-cache-mismatch",
         "cutlass-dsl-missing",
         "cutlass-dsl-too-old",
+        "cutlass-dsl-install-damaged",  # every CuTeDSL kernel runs on the mixed files, decode's too
     }
 )
 

@@ -232,6 +232,28 @@ def test_cutedsl_era_reads_flashinfers_own_dsl_floor(tmp_path: Path, site: Path)
     assert facts.gdn_supports(10, 0) and facts.gdn_supports(12, 1) and not facts.gdn_supports(8, 6)
 
 
+def test_gdn_kernel_modules_follow_the_archs_and_the_modules_this_flashinfer_ships(
+    tmp_path: Path, site: Path
+) -> None:
+    make_dist(site, "flashinfer-python", "0.6.18")
+    kernels = site / "flashinfer" / "gdn_kernels"
+    for relative in ("delta_rule_dsl/delta_rule_sm90.py", "blackwell/gdn_prefill.py"):  # no SM120 module
+        (kernels / relative).parent.mkdir(parents=True, exist_ok=True)
+        (kernels / relative).write_text("")
+    (site / "flashinfer" / "__init__.py").write_text("")
+    facts = flashinfer.probe(packages.probe(), {"HOME": str(tmp_path)})
+    assert facts.package_dir == str(site / "flashinfer")
+
+    def modules(*majors: int) -> list[tuple[str, str]]:
+        return [(k.label, k.module) for k in flashinfer.gdn_kernel_modules(facts, majors)]
+
+    assert modules() == [("SM90", "flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm90")]  # no GPU known
+    assert modules(10, 12, 10) == [("SM100", "flashinfer.gdn_kernels.blackwell.gdn_prefill")]
+    assert modules(8) == []  # no GDN prefill kernel for that arch
+    absent = flashinfer.probe(packages.probe(("jitguard-no-such-dist",)), {"HOME": str(tmp_path)})
+    assert flashinfer.gdn_kernel_modules(absent, [9]) == ()  # not the CuTeDSL era
+
+
 def test_not_installed(tmp_path: Path) -> None:
     pkgs = packages.probe(("jitguard-no-such-dist",))
     facts = flashinfer.probe(pkgs, {"HOME": str(tmp_path)})

@@ -71,6 +71,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         title="Importing {module} fails: {error_type}",
         cause=("`import {module}` raised {error_type}: {error_message}. {context}"),
         fixes=(
+            FixTemplate("{repair}", "{repair_command}"),  # when the cause is known (e.g. the DSL's)
             FixTemplate("Reproduce it and read the full traceback:", "python -c 'import {module}'"),
             FixTemplate(
                 "Reinstall FlashInfer and its companions at matching versions:",
@@ -114,6 +115,51 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             "NotImplementedError('... GDN prefill DSL kernel is unavailable'), without the cause."
         ),
         fixes=(FixTemplate("Upgrade it:", "pip install -U 'nvidia-cutlass-dsl{requirement}'"),),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="cutlass-dsl-install-damaged",
+        severity="error",
+        title="The nvidia-cutlass-dsl install is damaged: files missing or not their wheel's copy ({summary})",
+        cause=(
+            "Installed files of {dists} are not the ones their wheels' RECORD lists (sha256 and size); "
+            "{how}. The DSL ships as sibling wheels (nvidia-cutlass-dsl, -libs-base, -libs-core, -libs-cu12, "
+            "-libs-cu13); in some versions two of them write the same paths with different contents, and a "
+            "parallel installer (uv) or an overlapping or interrupted install can leave one wheel's files "
+            "overwritten by another's (NVIDIA/cutlass #3170, #3259). A mixed DSL imports, then fails when a "
+            "kernel compiles (MLIR errors such as a GPUModuleOp TypeError or \"'llvm.mlir.global_dtors' op "
+            "requires attribute 'data'\"), or FlashInfer swallows its import error and later reports only "
+            "'... DSL kernel is unavailable'."
+        ),
+        fixes=(
+            FixTemplate(
+                "Reinstall the damaged wheels (with the siblings that share their paths) at their installed "
+                "versions, one at a time with pip, not with a parallel installer; the CUDA-specific wheel goes "
+                "last, so its copy of a shared file wins:",
+                "{reinstall_command}",
+            ),
+            FixTemplate(
+                "Then check again (jitguard re-hashes the DSL's files):",
+                "jitguard doctor --backend flashinfer",
+            ),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-dsl-kernel-import-broken",
+        severity="error",
+        title="FlashInfer's {arch} GDN prefill kernel fails to import: {error_type}",
+        cause=(
+            "`import {module}` raised {error_type}: {error_message}. flashinfer-python {version} catches "
+            "that error while importing and leaves the kernel unset, so its first GDN prefill call raises "
+            "NotImplementedError('{unavailable}') without the cause. {context}"
+        ),
+        fixes=(
+            FixTemplate("{repair}", "{repair_command}"),
+            FixTemplate("Reproduce it and read the full traceback:", "python -c 'import {module}'"),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
         area=_AREA,
     ),
     CatalogEntry(

@@ -1,0 +1,214 @@
+"""The nvidia-cutlass-dsl wheels' installed files against their RECORD (sha256 and size).
+
+The DSL ships as sibling wheels: ``nvidia-cutlass-dsl`` (metadata only), ``-libs-base``, ``-libs-core``,
+``-libs-cu12``, ``-libs-cu13``. In some versions (4.4.x, 4.5.x; NVIDIA/cutlass #3170, #3259) two of them list
+the same paths with different contents: the wheel extracted last wins, and a parallel installer (uv) or an
+overlapping install can leave a mix that imports and then fails when a kernel compiles. vLLM re-hashes the
+cu13 wheel's files on SM10x only; FlashInfer uses the DSL on every arch of its CuTeDSL era.
+
+Pure facts: per installed DSL distribution, how many files were checked, which are missing and which differ;
+for a file that differs, which other installed DSL distributions list the same path and whose RECORD entry
+its content matches (that wheel's copy won). Which differences are damage is the checks' call
+(``findings/checks_dsl.py``).
+
+Hashing the DSL (~500 MB) takes about a second, so digests are kept for the life of the process, keyed by
+path, size and mtime: re-asking costs one stat per file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata as metadata
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PREFIX = "nvidia-cutlass-dsl"
+_CHUNK = 1 << 20
+
+# (path, size, mtime_ns, algorithm) -> the urlsafe-base64 digest RECORD would hold for that content.
+_DIGESTS: dict[tuple[str, int, int, str], str] = {}
+
+
+@dataclass(frozen=True)
+class DifferingFile:
+    path: str  # as the RECORD lists it (relative to the site directory)
+    size: int  # on disk
+    listed_by: tuple[str, ...]  # the other installed DSL distributions whose RECORD lists this path too
+    matches: str | None  # the one of those whose RECORD entry the file's content matches (its copy won)
+
+
+@dataclass(frozen=True)
+class DistCheck:
+    name: str  # normalised, e.g. "nvidia-cutlass-dsl-libs-cu13"
+    version: str
+    location: str  # the site directory it is installed in
+    files_checked: int  # RECORD entries that carry a hash
+    missing: tuple[str, ...]
+    differ: tuple[DifferingFile, ...]
+    unreadable: tuple[str, ...]  # present but could not be read (permissions)
+    shares_paths_with: tuple[
+        str, ...
+    ]  # other installed DSL distributions whose RECORD lists a path of this one's
+    unverifiable: str | None = None  # why its files could not be checked at all (no RECORD), else None
+
+    @property
+    def intact(self) -> bool:
+        return self.unverifiable is None and not (self.missing or self.differ or self.unreadable)
+
+
+@dataclass(frozen=True)
+class DslInstallFacts:
+    dists: tuple[DistCheck, ...]  # sorted by name
+    bytes_hashed: int  # read this time; 0 when every digest came from this process's cache
+    seconds: float
+
+    def get(self, name: str) -> DistCheck | None:
+        key = normalise(name)
+        return next((d for d in self.dists if d.name == key), None)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    dist: str
+    path: str  # as listed
+    absolute: str
+    algorithm: str
+    digest: str
+    size: int | None
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def probe(path: Sequence[str] | None = None) -> DslInstallFacts:
+    """Check every installed distribution whose name starts with ``nvidia-cutlass-dsl`` (the first of each name
+    on ``path``, default sys.path: the one ``importlib.metadata`` and pip see)."""
+    start = time.perf_counter()
+    found: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions(path=list(sys.path if path is None else path)):
+        name = normalise(dist.metadata["Name"] or "")
+        if name.startswith(PREFIX) and name not in found:
+            found[name] = dist
+
+    entries: dict[str, list[_Entry]] = {}
+    unverifiable: dict[str, str] = {}
+    for name, dist in found.items():
+        try:
+            entries[name] = _entries(name, dist)
+        except _Unverifiable as exc:
+            unverifiable[name] = str(exc)
+    listing: dict[str, list[_Entry]] = {}  # absolute path -> every DSL distribution's entry for it
+    for dist_entries in entries.values():
+        for entry in dist_entries:
+            listing.setdefault(entry.absolute, []).append(entry)
+
+    hashed = [0]
+    checks = []
+    for name in sorted(found):
+        dist = found[name]
+        location = os.path.normpath(str(dist.locate_file("")))
+        if name in unverifiable:
+            checks.append(
+                DistCheck(name, dist.version or "", location, 0, (), (), (), (), unverifiable[name])
+            )
+            continue
+        missing, differ, unreadable = [], [], []
+        shared: set[str] = set()
+        for entry in entries[name]:
+            others = [o for o in listing[entry.absolute] if o.dist != name]
+            shared.update(o.dist for o in others)
+            outcome = _check(entry, others, hashed)
+            if outcome == "missing":
+                missing.append(entry.path)
+            elif outcome == "unreadable":
+                unreadable.append(entry.path)
+            elif isinstance(outcome, DifferingFile):
+                differ.append(outcome)
+        checks.append(
+            DistCheck(
+                name=name,
+                version=dist.version or "",
+                location=location,
+                files_checked=len(entries[name]),
+                missing=tuple(missing),
+                differ=tuple(differ),
+                unreadable=tuple(unreadable),
+                shares_paths_with=tuple(sorted(shared)),
+            )
+        )
+    return DslInstallFacts(tuple(checks), hashed[0], time.perf_counter() - start)
+
+
+class _Unverifiable(Exception):
+    pass
+
+
+def _entries(name: str, dist: metadata.Distribution) -> list[_Entry]:
+    try:
+        files = dist.files
+    except Exception as exc:  # a malformed RECORD makes one distribution unverifiable, not the others
+        raise _Unverifiable(f"its RECORD cannot be read: {type(exc).__name__}: {exc}") from exc
+    if files is None:
+        raise _Unverifiable("it has no RECORD (installed by a tool that writes none)")
+    entries = []
+    for file in files:
+        if file.hash is None:  # RECORD itself, byte-compiled files: listed without a hash
+            continue
+        if file.hash.mode not in hashlib.algorithms_available:
+            raise _Unverifiable(f"its RECORD uses a hash jitguard cannot compute: {file.hash.mode}")
+        absolute = os.path.normpath(str(dist.locate_file(file)))
+        entries.append(_Entry(name, str(file), absolute, file.hash.mode, file.hash.value, file.size))
+    return entries
+
+
+def _check(entry: _Entry, others: list[_Entry], hashed: list[int]) -> str | DifferingFile | None:
+    """None when the file is as its RECORD lists it; "missing", "unreadable", or how it differs."""
+    try:
+        st = os.stat(entry.absolute)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError:
+        return "unreadable"
+    listed_by = tuple(sorted({o.dist for o in others}))
+    sizes = {e.size for e in (entry, *others)}
+    if None not in sizes and st.st_size not in sizes:
+        # No wheel's copy has this size: it differs from all of them, without reading it.
+        return DifferingFile(entry.path, st.st_size, listed_by, None)
+    try:
+        if _digest(entry.absolute, st, entry.algorithm, hashed) == entry.digest and entry.size in (
+            None,
+            st.st_size,
+        ):
+            return None
+        matches = next(
+            (
+                o.dist
+                for o in others
+                if o.size in (None, st.st_size) and _digest(o.absolute, st, o.algorithm, hashed) == o.digest
+            ),
+            None,
+        )
+    except OSError:
+        return "unreadable"
+    return DifferingFile(entry.path, st.st_size, listed_by, matches)
+
+
+def _digest(path: str, st: os.stat_result, algorithm: str, hashed: list[int]) -> str:
+    key = (path, st.st_size, st.st_mtime_ns, algorithm)
+    cached = _DIGESTS.get(key)
+    if cached is not None:
+        return cached
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            hashed[0] += len(chunk)
+    digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+    _DIGESTS[key] = digest
+    return digest

@@ -1,0 +1,66 @@
+"""A copy of this machine's real nvidia-cutlass-dsl install (the wheels flashinfer-python brought), to damage
+for real without touching the original: the dist-info directories are copied, every file their RECORD lists is
+a symlink to the installed one, except the files asked for, which are real copies to overwrite.
+
+The copy lives in ``<root>/lib/pythonX.Y/site-packages`` so that RECORD entries outside the site directory
+(``../../../bin/run-iket``) land inside ``root`` too. Put it first on sys.path (or PYTHONPATH): importlib.metadata
+then reads the copies' RECORDs, and the DSL's own .pth (``import nvidia_cutlass_dsl``, a namespace package, then
+``sys.path.insert(0, <its first portion>/dsl_packages)``) makes Python import ``cutlass`` from the copy.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+PREFIX = "nvidia-cutlass-dsl"
+
+
+def installed_dsl() -> list[metadata.Distribution]:
+    """The real DSL's distributions (the first of each name on sys.path); skips the test when there are none."""
+    found: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith(PREFIX) and name not in found:
+            found[name] = dist
+    if not found:
+        pytest.skip("nvidia-cutlass-dsl is not installed here (flashinfer-python brings it)")
+    return list(found.values())
+
+
+def copy_dsl(root: Path, *, copied: Iterable[str] = ()) -> Path:
+    """The copy's site directory; ``copied``: RECORD paths to make real (writable) copies instead of links."""
+    real_copies = set(copied)
+    site = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site.mkdir(parents=True)
+    for dist in installed_dsl():
+        origin = Path(str(dist.locate_file("")))
+        for file in dist.files or ():
+            source = Path(os.path.normpath(origin / file))
+            target = Path(os.path.normpath(site / file))
+            if not source.is_file() or target.exists() or target.is_symlink():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if ".dist-info" in str(file) or str(file) in real_copies:
+                shutil.copyfile(source, target)
+            else:
+                target.symlink_to(source)
+    missing = [p for p in real_copies if not (site / p).is_file() or (site / p).is_symlink()]
+    assert not missing, f"not files of the installed DSL: {missing}"
+    return site
+
+
+def dsl_file(name: str, suffix: str) -> str:
+    """The RECORD path of the installed DSL distribution ``name`` that ends with ``suffix`` (skips when none)."""
+    for dist in installed_dsl():
+        if (dist.metadata["Name"] or "").lower() == name:
+            for file in dist.files or ():
+                if str(file).endswith(suffix):
+                    return str(file)
+    pytest.skip(f"the installed DSL has no {name} file ending with {suffix}")
