@@ -88,6 +88,7 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         if selection is None or selection.holds(r.module)
     ]
     learned = [m for m in memory.all() if selection is None or selection.holds(m.module)]
+    here = _this_fingerprint() if records else None
     if args.json:
         from jitguard.cli.envelope import dumps
 
@@ -96,8 +97,14 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
             "ttl_s": failures.ttl,
             "module": args.module,
             "selected": _selected_json(selection),
+            "fingerprint": here,
             "entries": [
-                {**r.to_json(), "age_s": round(r.age(now), 1), "expired": r.age(now) > failures.ttl}
+                {
+                    **r.to_json(),
+                    "age_s": round(r.age(now), 1),
+                    "expired": r.age(now) > failures.ttl,
+                    "this_environment": None if here is None else r.fingerprint == here,
+                }
                 for r in records
             ],
             "job_memory": [
@@ -120,7 +127,7 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         out.print(f"No cached build outcomes{escape(which)} in {escape(str(failures.root))}.")
     else:
         table = Table(title=f"Build outcomes ({escape(str(failures.root))})", title_justify="left")
-        for column in ("module", "outcome", "codes", "age", "fingerprint", "log"):
+        for column in ("module", "outcome", "codes", "age", "fingerprint", "here", "log"):
             table.add_column(column)
         for r in records:
             age = format_duration(r.age(now)) + (" (expired)" if r.age(now) > failures.ttl else "")
@@ -129,10 +136,12 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
                 "[red]failure[/]" if r.failed else "[green]success[/]",
                 escape(", ".join(r.codes)) or "-",
                 age,
-                escape(r.fingerprint[:12]),
+                escape(r.fingerprint),
+                "?" if here is None else ("yes" if r.fingerprint == here else "no"),
                 escape(r.log_path or "-"),
             )
         out.print(table)
+        out.print(_fingerprints_line(here))
         if any(r.failed for r in records):
             out.print(
                 "A cached failure is not retried until the environment changes or it expires; to retry now:"
@@ -199,6 +208,34 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     if selection.note():
         print(f"({selection.note()}.)")
     return EXIT_OK
+
+
+def _this_fingerprint() -> str | None:
+    """This environment's fingerprint, as `jitguard doctor` computes it; None when the facts cannot be had."""
+    from jitguard.config import default_cache_dir
+    from jitguard.facts import collect
+
+    try:
+        return collect(cache_dir=default_cache_dir()).fingerprint
+    except Exception:  # the listing stands without it
+        return None
+
+
+def _fingerprints_line(here: str | None) -> str:
+    """What the fingerprints in the table are (README.md, "Fingerprints")."""
+    from rich.markup import escape
+
+    this = (
+        f"this environment's is {here}, as `jitguard doctor` shows it"
+        if here
+        else "this environment's is unknown"
+    )
+    return escape(
+        f"fingerprint: the environment a record was made in, and it counts only there ({this}; here: yes). "
+        "`jitguard build flashinfer-gdn` sets FLASHINFER_CUDA_ARCH_LIST (and FLASHINFER_WORKSPACE_BASE with "
+        "--workspace): its records carry the fingerprint of that environment, which a serving process with the "
+        "same variables has."
+    )
 
 
 def _selected_json(selection: Selection | None) -> dict[str, Any] | None:

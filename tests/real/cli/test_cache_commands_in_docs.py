@@ -8,7 +8,8 @@ pre-flight, in about a second, and is recorded):
 - an engine's FlashInfer ``sampling`` module built through the hook.
 
 Each command must act: ``list`` names the records, ``clear`` removes those it names and no others, and the op
-then really tries FlashInfer again (a build, not the failure cache's answer).
+then really tries FlashInfer again (a build, not the failure cache's answer). And the fingerprints they show
+are the ones README.md "Fingerprints" describes: ``doctor``'s is the one ``cache list`` marks ``here``.
 """
 
 from __future__ import annotations
@@ -267,3 +268,31 @@ def _findings(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, list):
         return [f for value in node for f in _findings(value)]
     return []
+
+
+def test_doctor_shows_the_fingerprint_cache_list_marks_here_and_each_says_which_it_is(
+    env: dict[str, str],
+) -> None:
+    doctor = jitguard("jitguard doctor --json", env)
+    here = json.loads(doctor.stdout)["fingerprint"]
+    listed = json.loads(jitguard("jitguard cache list --json", env).stdout)
+    assert listed["fingerprint"] == here
+    assert all(e["this_environment"] and e["fingerprint"] == here for e in listed["entries"])
+    text = jitguard("jitguard doctor", env).stdout
+    assert re.search(rf"^fingerprint +{here} \(this environment's: the failure cache's key", text, re.M)
+    table = jitguard("jitguard cache list", env).stdout
+    assert f"this environment's is {here}, as `jitguard doctor` shows it" in table
+
+
+def test_a_build_in_another_environment_records_under_its_own_fingerprint_and_says_why(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    built = jitguard(f"jitguard build flashinfer-gdn --workspace {tmp_path / 'elsewhere'}", env)
+    assert built.returncode == 1  # pre-flight, as before, now under FLASHINFER_WORKSPACE_BASE=elsewhere
+    listed = json.loads(jitguard("jitguard cache list --json", env).stdout)
+    elsewhere = [e for e in listed["entries"] if not e["this_environment"]]
+    assert [e["module"] for e in elsewhere] == [FULL]
+    assert elsewhere[0]["fingerprint"] != listed["fingerprint"]
+    table = jitguard("jitguard cache list", env).stdout
+    assert re.search(rf"{FULL} .*{elsewhere[0]['fingerprint']} .* no ", table), table
+    assert "`jitguard build flashinfer-gdn` sets FLASHINFER_CUDA_ARCH_LIST" in table

@@ -147,3 +147,23 @@ def test_list_module_lists_only_the_records_it_stands_for(
     data = json.loads(capsys.readouterr().out)
     assert [e["module"] for e in data["entries"]] == ["gdn-prefill/flashinfer"]
     assert data["selected"]["group"] == "FlashInfer GDN prefill"
+
+
+def test_list_marks_the_records_made_in_this_environment(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jitguard.facts import collect
+
+    here = collect(cache_dir=cache.cache_dir).fingerprint
+    cache.record_failure("made-here", here, [LIBCUDA])
+    cache.record_failure("made-elsewhere", "0123456789abcdef", [LIBCUDA])
+    assert main(["cache", "list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fingerprint"] == here
+    assert {e["module"]: e["this_environment"] for e in data["entries"]} == {
+        "made-here": True,
+        "made-elsewhere": False,
+    }
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert f"this environment's is {here}" in out and "here: yes" in out
