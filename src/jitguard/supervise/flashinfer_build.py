@@ -115,7 +115,7 @@ def build_spec(
                 # (a Docker build step with a link stub) and only needs at most an incremental rebuild.
                 notes += check_before_build(module, facts, failures, source_digest=digest)
             lock.set_log_path(log_path)
-            result = _run_build(spec, key, failures, options, settings, log_path)
+            result = _run_build(spec, key, failures, options, settings, log_path, facts)
         status: Literal["built", "up-to-date", "fetched"] = (
             "up-to-date" if before == _mtime(so_path) else "built"
         )
@@ -310,6 +310,7 @@ def _run_build(
     options: BuildOptions | None,
     settings: Settings,
     log_path: Path,
+    facts: Facts,
 ) -> BuildResult:
     # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
     # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
@@ -320,7 +321,7 @@ def _run_build(
             Path(spec.build_dir),
             Path(spec.ninja_path),
             module=key.module,
-            options=options or default_options(settings, key.module),
+            options=dataclasses.replace(options or default_options(settings, key.module), facts=facts),
             log_path=log_path,
         )
     except BuildFailed as exc:
