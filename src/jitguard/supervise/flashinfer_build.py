@@ -205,7 +205,11 @@ def check_before_build(
     if blocking:
         failures.record_failure(module, facts.fingerprint, blocking, source_digest=source_digest)
         raise BuildFailed(
-            module, blocking, None, detail="pre-flight: this build cannot succeed here, not started"
+            module,
+            blocking,
+            None,
+            detail="pre-flight found that it cannot succeed here",
+            outcome="not started",
         )
     return [f for f in findings if not f.blocking]
 
@@ -343,7 +347,13 @@ def _check_library(
     blocking = [f for f in findings if f.blocking]
     if blocking:
         _record(failures, key, blocking, log_text)
-        raise BuildFailed(key.module, blocking, log_text, detail=f"{so_path} would not load here")
+        raise BuildFailed(
+            key.module,
+            blocking,
+            log_text,
+            detail=str(so_path),
+            outcome="gave a library that would not load here",
+        )
     return findings
 
 
@@ -357,7 +367,9 @@ def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path
         # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
         if any(f.code != "build-failed" for f in found):
             _record(failures, key, found, None)
-        raise BuildFailed(key.module, found, None, detail=f"loading {so_path} failed: {exc}") from exc
+        raise BuildFailed(
+            key.module, found, None, detail=f"{so_path}: {exc}", outcome="gave a library that failed to load"
+        ) from exc
 
 
 def _record(

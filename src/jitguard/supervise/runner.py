@@ -228,7 +228,7 @@ def run_ninja(
         )
         with log:
             _note(log, "ninja was not found on PATH")
-        raise BuildFailed(module, [finding], str(log_path), "ninja is not installed")
+        raise BuildFailed(module, [finding], str(log_path), "ninja is not installed", outcome="not started")
 
     started = time.monotonic()
     with log:
