@@ -195,19 +195,24 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         print(dumps("cache", payload))
         return EXIT_OK
     head = f"Removed {outcomes} cached outcome(s) and {learned_count} learned memory record(s) for {what}"
-    if selection is None or by_module is None or learned is None:
+    if selection is None:
         print(head + ".")
-        return EXIT_OK
+    else:
+        print(_matched_text(head, selection, by_module or {}, learned or []))
+    return EXIT_OK
+
+
+def _matched_text(head: str, selection: Selection, by_module: dict[str, int], learned: list[str]) -> str:
+    """``head``, then which records ``--module`` matched, and why more than its name when it did."""
     if not by_module and not learned:
-        print(f"{head}: nothing matched; `jitguard cache list` names the modules it holds.")
+        text = f"{head}: nothing matched; `jitguard cache list` names the modules it holds."
     else:
         parts = [", ".join(f"{name} ({n})" for name, n in by_module.items()) or "no outcome"]
         if learned:
             parts.append(f"learned memory of {', '.join(learned)}")
-        print(f"{head}: {'; '.join(parts)}.")
-    if selection.note():
-        print(f"({selection.note()}.)")
-    return EXIT_OK
+        text = f"{head}: {'; '.join(parts)}."
+    note = selection.note()
+    return f"{text}\n({note}.)" if note else text
 
 
 def _this_fingerprint() -> str | None:
