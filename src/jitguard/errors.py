@@ -74,18 +74,28 @@ class BackendUnavailable(JitguardError):
 
 
 class BuildFailed(JitguardError):
-    """A supervised build failed. Carries the classified findings and the path of the full log."""
+    """A supervised build did not give a usable module. Carries the classified findings and the path of the
+    full log. ``outcome`` says what happened, in one word or a few, and nothing else does: ``failed`` (it ran
+    and failed), ``not started`` (pre-flight or a missing tool stopped it first), ``not retried`` (the
+    failure cache); ``headline`` is the first line: "Build of X <outcome>: <detail>"."""
 
     kind = "build-failed"
 
-    def __init__(self, module: str, findings: Sequence[Finding], log_path: str | None, detail: str = ""):
+    def __init__(
+        self,
+        module: str,
+        findings: Sequence[Finding],
+        log_path: str | None,
+        detail: str = "",
+        *,
+        outcome: str = "failed",
+    ):
         self.module = module
         self.findings = tuple(findings)
         self.log_path = log_path
-        head = f"Build of {module} failed"
-        if detail:
-            head += f": {detail}"
-        lines = [head + "."]
+        self.outcome = outcome
+        self.headline = f"Build of {module} {outcome}" + (f": {detail}" if detail else "")
+        lines = [self.headline + "."]
         for f in self.findings:
             lines += f.render_lines()
         if log_path:
@@ -103,10 +113,11 @@ class CachedBuildFailure(BuildFailed):
             findings,
             log_path,
             detail=(
-                f"it already failed {ago} in this same environment (jitguard's failure cache), so it was not "
-                "retried. Fixing the cause changes the environment fingerprint and the next attempt builds; "
-                f"to retry anyway: jitguard cache clear --module {module} --yes"
+                f"it failed {ago} in this same environment (jitguard's failure cache). Fixing the cause "
+                "changes the environment fingerprint and the next attempt builds; to retry anyway: "
+                f"jitguard cache clear --module {module} --yes"
             ),
+            outcome="not retried",
         )
 
 
@@ -129,7 +140,8 @@ class LockTimeout(BuildFailed):
             module,
             [finding],
             log_path,
-            detail=f"gave up after waiting {waited_text} for the build lock held by {who}",
+            detail=f"waited {waited_text} for the build lock held by {who}, then gave up",
+            outcome="not started",
         )
 
 

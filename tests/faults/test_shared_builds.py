@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,6 +150,10 @@ def test_a_build_waiting_longer_than_the_lock_timeout_fails_naming_the_holder(
     payload = json.loads(out)
     assert [f["code"] for f in payload["findings"]] == ["lock-timeout"]
     assert f"pid {holder.pid}" in json.dumps(payload["findings"])
+    # One verdict: this process never built it.
+    assert re.fullmatch(
+        r"Build of \S+ not started: waited .* for the build lock held by .*, then gave up", payload["detail"]
+    )
     assert _builders(project.events()) == {holder.pid}
 
 

@@ -16,25 +16,10 @@ from typing import Any
 
 import pytest
 
-from flashinfer_066 import NEEDS_FLASHINFER_066
+from flashinfer_066 import NEEDS_FLASHINFER_066, SAMPLING_BUILD
 
 pytestmark = NEEDS_FLASHINFER_066
 
-BUILD = textwrap.dedent(
-    """
-    import json
-    import jitguard
-
-    jitguard.install()
-    from flashinfer.jit.sampling import gen_sampling_module
-
-    try:
-        gen_sampling_module().build_and_load()
-        print(json.dumps(None))
-    except Exception as exc:
-        print(json.dumps({"type": type(exc).__name__, "codes": [f.code for f in getattr(exc, "findings", ())]}))
-    """
-)
 JUDGE = textwrap.dedent(
     """
     import json
@@ -83,7 +68,7 @@ def test_before_any_build_the_sampler_can_work_here(env: dict[str, str]) -> None
 
 
 def test_the_failed_build_is_classified_and_the_next_process_takes_the_fallback(env: dict[str, str]) -> None:
-    failure = run(BUILD, env)
+    failure = run(SAMPLING_BUILD, env)
     assert failure == {"type": "BuildFailed", "codes": ["build-failed"]}
     verdicts = run(JUDGE, env)
     assert verdicts["sampler"] == ["flashinfer-cached-failure"]

@@ -326,7 +326,7 @@ def _fetched_result(
 
 
 def _report_failure(args: argparse.Namespace, exc: Any, started: float) -> int:
-    detail = str(exc).splitlines()[0]
+    detail = exc.headline
     if args.json:
         from jitguard.cli.envelope import dumps
 

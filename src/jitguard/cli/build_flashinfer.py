@@ -126,21 +126,22 @@ def execute(args: argparse.Namespace) -> int:
     try:
         built, skipped = _build(env, options, selection, args.publish)
     except _Blocked as blocked:
-        return _report_failure(args, blocked.module, blocked.findings, None, blocked.detail, started)
+        headline = f"Build of {blocked.module} not started: {blocked.detail}"
+        return _report_failure(args, blocked.module, blocked.findings, None, headline, started)
     except ImportError as exc:
         from jitguard.findings.catalog import make
 
         finding = make(
             "flashinfer-import-broken", backend="flashinfer", evidence=[f"{type(exc).__name__}: {exc}"]
         )
-        return _report_failure(args, "gdn_prefill", [finding], None, "cannot import FlashInfer", started)
+        headline = "Build of gdn_prefill not started: cannot import FlashInfer"
+        return _report_failure(args, "gdn_prefill", [finding], None, headline, started)
     except Exception as exc:
         from jitguard.errors import BuildFailed
 
         if not isinstance(exc, BuildFailed):
             raise
-        detail = str(exc).splitlines()[0]
-        return _report_failure(args, exc.module, list(exc.findings), exc.log_path, detail, started)
+        return _report_failure(args, exc.module, list(exc.findings), exc.log_path, exc.headline, started)
     return _report_success(args, built, skipped, started, selection)
 
 
@@ -357,9 +358,10 @@ def _report_failure(
     module: str,
     findings: list[Finding],
     log_path: str | None,
-    detail: str,
+    headline: str,
     started: float,
 ) -> int:
+    """``headline``: one line that says what happened ("Build of X not started: pre-flight found ...")."""
     if args.json:
         from jitguard.cli.envelope import dumps
 
@@ -367,17 +369,19 @@ def _report_failure(
             "ok": False,
             "status": "failed",
             "module": module,
-            "detail": detail,
+            "detail": headline,
             "log_path": log_path,
             "elapsed_s": round(time.monotonic() - started, 3),
             "findings": [f.to_json() for f in findings],
         }
         print(dumps(COMMAND, payload))
         return EXIT_FAILURE
+    from rich.markup import escape
+
     from jitguard.cli.report import console, render_findings
 
     err = console(sys.stderr)
-    err.print(f"[bold red]Cannot build {module}[/]: {detail.splitlines()[0] if detail else 'failed'}")
+    err.print(f"[bold red]{escape(headline)}[/]")
     render_findings(err, findings)
     if log_path:
         err.print(f"Full log: {log_path}")

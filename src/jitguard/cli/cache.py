@@ -11,9 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from jitguard.state.module_names import Selection
+
+_MODULE_HELP = (
+    "the records of module NAME as `cache list` names them (e.g. gdn_prefill_sm90, sampling); a name of "
+    "FlashInfer GDN prefill (the op's gdn-prefill/flashinfer, or a gdn_prefill* module) selects all of them"
+)
 
 
 def configure(subparsers: Any) -> None:
@@ -31,9 +39,10 @@ def configure(subparsers: Any) -> None:
     listing = actions.add_parser("list", help="show cached outcomes and learned memory per compile job")
     listing.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     listing.add_argument("--all", action="store_true", help="include expired outcomes")
+    listing.add_argument("--module", default=None, metavar="NAME", help=f"list only {_MODULE_HELP}")
     listing.set_defaults(execute=execute)
     clearing = actions.add_parser("clear", help="forget cached outcomes (and learned memory)")
-    clearing.add_argument("--module", default=None, help="forget only this module (e.g. gdn_prefill_sm90)")
+    clearing.add_argument("--module", default=None, metavar="NAME", help=f"forget only {_MODULE_HELP}")
     clearing.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clearing.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     clearing.set_defaults(execute=execute)
@@ -61,21 +70,41 @@ def execute(args: argparse.Namespace) -> int:
     return _clear(args, failures, memory)
 
 
+def _selection(args: argparse.Namespace) -> Selection | None:
+    from jitguard.state.module_names import select
+
+    return select(args.module) if args.module else None
+
+
 def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     from jitguard.config import format_bytes
 
     _say_if_untrusted(failures.cache_dir)
     now = time.time()
-    records = failures.entries(include_expired=args.all, now=now)
-    learned = memory.all()
+    selection = _selection(args)
+    records = [
+        r
+        for r in failures.entries(include_expired=args.all, now=now)
+        if selection is None or selection.holds(r.module)
+    ]
+    learned = [m for m in memory.all() if selection is None or selection.holds(m.module)]
+    here = _this_fingerprint() if records else None
     if args.json:
         from jitguard.cli.envelope import dumps
 
         payload = {
             "cache_dir": str(failures.cache_dir),
             "ttl_s": failures.ttl,
+            "module": args.module,
+            "selected": _selected_json(selection),
+            "fingerprint": here,
             "entries": [
-                {**r.to_json(), "age_s": round(r.age(now), 1), "expired": r.age(now) > failures.ttl}
+                {
+                    **r.to_json(),
+                    "age_s": round(r.age(now), 1),
+                    "expired": r.age(now) > failures.ttl,
+                    "this_environment": None if here is None else r.fingerprint == here,
+                }
                 for r in records
             ],
             "job_memory": [
@@ -93,11 +122,12 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
     from jitguard.config import format_duration
 
     out = console()
+    which = f" of module {args.module}" if args.module else ""
     if not records:
-        out.print(f"No cached build outcomes in {escape(str(failures.root))}.")
+        out.print(f"No cached build outcomes{escape(which)} in {escape(str(failures.root))}.")
     else:
         table = Table(title=f"Build outcomes ({escape(str(failures.root))})", title_justify="left")
-        for column in ("module", "outcome", "codes", "age", "fingerprint", "log"):
+        for column in ("module", "outcome", "codes", "age", "fingerprint", "here", "log"):
             table.add_column(column)
         for r in records:
             age = format_duration(r.age(now)) + (" (expired)" if r.age(now) > failures.ttl else "")
@@ -106,25 +136,30 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
                 "[red]failure[/]" if r.failed else "[green]success[/]",
                 escape(", ".join(r.codes)) or "-",
                 age,
-                escape(r.fingerprint[:12]),
+                escape(r.fingerprint),
+                "?" if here is None else ("yes" if r.fingerprint == here else "no"),
                 escape(r.log_path or "-"),
             )
         out.print(table)
+        out.print(_fingerprints_line(here))
         if any(r.failed for r in records):
             out.print(
                 "A cached failure is not retried until the environment changes or it expires; to retry now:"
             )
-            out.print("  jitguard cache clear --module <module> --yes")
+            out.print(f"  jitguard cache clear --module {escape(args.module or '<module>')} --yes")
     if learned:
         out.print("Learned memory per compile job:")
         for m in learned:
             out.print(
                 f"  {escape(m.module)}: {format_bytes(m.estimate)} ({len(m.observations)} observed builds)"
             )
+    if selection is not None and selection.note():
+        out.print(escape(f"({selection.note()}.)"))
     return EXIT_OK
 
 
 def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
+    selection = _selection(args)
     what = f"module {args.module}" if args.module else "every module"
     if not args.yes:
         if not sys.stdin.isatty():
@@ -137,23 +172,82 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             sys.stderr.write("Nothing removed.\n")
             return EXIT_OK
-    if args.module:
-        outcomes, learned = failures.forget(args.module), memory.clear(args.module)
+    by_module: dict[str, int] | None = None
+    learned: list[str] | None = None
+    if selection is None:
+        outcomes, learned_count = failures.clear(), memory.clear()
     else:
-        outcomes, learned = failures.clear(), memory.clear()
+        by_module = failures.forget(selection.names, prefixes=selection.prefixes)
+        learned = [m.module for m in memory.all() if selection.holds(m.module)]
+        outcomes, learned_count = sum(by_module.values()), sum(memory.clear(m) for m in learned)
     if args.json:
         from jitguard.cli.envelope import dumps
 
         payload = {
             "cache_dir": str(failures.cache_dir),
             "module": args.module,
+            "selected": _selected_json(selection),
             "removed_outcomes": outcomes,
-            "removed_job_memory": learned,
+            "removed_job_memory": learned_count,
+            "removed_by_module": by_module,
+            "removed_job_memory_modules": learned,
         }
         print(dumps("cache", payload))
+        return EXIT_OK
+    head = f"Removed {outcomes} cached outcome(s) and {learned_count} learned memory record(s) for {what}"
+    if selection is None:
+        print(head + ".")
     else:
-        print(f"Removed {outcomes} cached outcome(s) and {learned} learned memory record(s) for {what}.")
+        print(_matched_text(head, selection, by_module or {}, learned or []))
     return EXIT_OK
+
+
+def _matched_text(head: str, selection: Selection, by_module: dict[str, int], learned: list[str]) -> str:
+    """``head``, then which records ``--module`` matched, and why more than its name when it did."""
+    if not by_module and not learned:
+        text = f"{head}: nothing matched; `jitguard cache list` names the modules it holds."
+    else:
+        parts = [", ".join(f"{name} ({n})" for name, n in by_module.items()) or "no outcome"]
+        if learned:
+            parts.append(f"learned memory of {', '.join(learned)}")
+        text = f"{head}: {'; '.join(parts)}."
+    note = selection.note()
+    return f"{text}\n({note}.)" if note else text
+
+
+def _this_fingerprint() -> str | None:
+    """This environment's fingerprint, as `jitguard doctor` computes it; None when the facts cannot be had."""
+    from jitguard.config import default_cache_dir
+    from jitguard.facts import collect
+
+    try:
+        return collect(cache_dir=default_cache_dir()).fingerprint
+    except Exception:  # the listing stands without it
+        return None
+
+
+def _fingerprints_line(here: str | None) -> str:
+    """What the fingerprints in the table are (README.md, "Fingerprints")."""
+    from rich.markup import escape
+
+    this = (
+        f"this environment's is {here}, as `jitguard doctor` shows it"
+        if here
+        else "this environment's is unknown"
+    )
+    return escape(
+        f"fingerprint: the environment a record was made in, and it counts only there ({this}; here: yes). "
+        "`jitguard build flashinfer-gdn` sets FLASHINFER_CUDA_ARCH_LIST (and FLASHINFER_WORKSPACE_BASE with "
+        "--workspace): its records carry the fingerprint of that environment, which a serving process with the "
+        "same variables has."
+    )
+
+
+def _selected_json(selection: Selection | None) -> dict[str, Any] | None:
+    """What ``--module`` stood for: its exact names, its name prefixes, and the group's name (or null)."""
+    if selection is None:
+        return None
+    return {"names": list(selection.names), "prefixes": list(selection.prefixes), "group": selection.group}
 
 
 def _say_if_untrusted(cache_dir: Any) -> None:

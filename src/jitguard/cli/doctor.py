@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from jitguard.config import Settings
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
+    from jitguard.supervise.probe_module import ProbeResult
 
 BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
 ENGINE_CHOICES = ("vllm", "sglang")
@@ -52,7 +53,10 @@ def configure(subparsers: Any) -> None:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="also run a real supervised build of a small CUDA probe module with FlashInfer's flags (seconds)",
+        help=(
+            "also run a real supervised build of a small CUDA probe module with FlashInfer's flags (seconds) "
+            "and report what it compiled, linked and loaded"
+        ),
     )
     parser.set_defaults(execute=execute)
 
@@ -76,8 +80,9 @@ def execute(args: argparse.Namespace) -> int:
     if args.deep:
         for name in backends:
             results[name] = results[name] + _deep_findings(facts, name)
-    if args.compile and "flashinfer" in results:
-        results["flashinfer"] = _with_probe(results["flashinfer"], _compile_probe(facts, settings))
+    probe = _compile_probe(facts, settings) if args.compile and "flashinfer" in results else None
+    if probe is not None:
+        results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
     decision = _gdn_decision(facts)
     engine = _engine_choices(args.engine, facts) if args.engine else None
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
@@ -89,11 +94,15 @@ def execute(args: argparse.Namespace) -> int:
         payload = _payload(facts, own, results, decision, code)
         if engine is not None:
             payload["engine"] = engine
+        if probe is not None:
+            payload["compile_probe"] = probe.to_json()
         sys.stdout.write(dumps("doctor", payload) + "\n")
     else:
         from jitguard.cli.report import render_doctor
 
-        render_doctor(facts, results, decision, own=own, engine=engine)
+        render_doctor(
+            facts, results, decision, own=own, engine=engine, probe=probe.to_json() if probe else None
+        )
     return code
 
 
@@ -110,12 +119,12 @@ def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
     return deep_checks(facts, backend)
 
 
-def _compile_probe(facts: Facts, settings: Settings) -> list[Finding]:
+def _compile_probe(facts: Facts, settings: Settings) -> ProbeResult:
     from jitguard.supervise.probe_module import run_probe
     from jitguard.supervise.runner import BuildOptions
 
     options = BuildOptions.from_settings(settings, backend="flashinfer", progress="none", timeout=600.0)
-    return list(run_probe(facts, options).findings)
+    return run_probe(facts, options)
 
 
 def _with_probe(preflight: list[Finding], probe: list[Finding]) -> list[Finding]:

@@ -19,8 +19,15 @@ def machine_rows(facts: Facts) -> list[tuple[str, str]]:
         ("packages", _packages),
     )
     return [(label, _row(describe, facts)) for label, describe in rows] + [
-        ("fingerprint", facts.fingerprint[:16])
+        ("fingerprint", f"{facts.fingerprint} {FINGERPRINT_NOTE}")
     ]
+
+
+# One line on what the fingerprint is, where `jitguard cache list` shows other ones (README.md, "Fingerprints").
+FINGERPRINT_NOTE = (
+    "(this environment's: the failure cache's key for what runs here; `jitguard cache list` shows each "
+    "record's, e.g. `jitguard build flashinfer-gdn` records under its own environment's)"
+)
 
 
 def _row(describe: Callable[[Facts], str], facts: Facts) -> str:

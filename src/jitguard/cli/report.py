@@ -58,6 +58,7 @@ def render_doctor(
     *,
     own: Sequence[Finding] = (),
     engine: Mapping[str, Any] | None = None,
+    probe: Mapping[str, Any] | None = None,
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
@@ -80,6 +81,9 @@ def render_doctor(
             render_findings(out, findings)
         else:
             out.print("  no findings")
+    if probe is not None:
+        out.print()
+        render_probe(out, probe)
     out.print()
     out.print("[bold]Verdict[/]")
     for backend, findings in results.items():
@@ -126,6 +130,49 @@ def render_doctor(
         out.print("[bold]What to do[/]")
         for i, line in enumerate(todo, 1):
             out.print(f"  {i}. {escape(line)}")
+
+
+def render_probe(out: Console, probe: Mapping[str, Any]) -> None:
+    """``doctor --compile``: what the probe compiled, linked and loaded, step by step (``ProbeResult``)."""
+    steps = list(probe.get("steps") or ())
+    failed = next((s for s in steps if s["outcome"] == "failed"), None)
+    load = next((s for s in steps if s["name"] == "load"), None)
+    if failed is not None:
+        verdict = f"[bold red]{failed['name']} failed[/]"
+    elif load is not None and load["outcome"] == "not-run":
+        verdict = f"[bold green]built and linked[/], not loaded: {escape(load['detail'])}"
+    else:
+        verdict = "[bold green]built, linked and loaded[/]"
+    out.print(
+        f"[bold]compile probe[/]  {verdict} ({probe['seconds']:.1f} s; a one-kernel module built the way "
+        f"FlashInfer's JIT builds, for {escape(probe['arch'])})"
+    )
+    for step in steps:
+        outcome = step["outcome"].replace("-", " ")
+        style = {"done": "green", "failed": "red"}.get(step["outcome"], "dim")
+        out.print(f"  {step['name']:<8} [{style}]{outcome:<8}[/] {escape(step['detail'])}")
+        if step.get("command"):
+            out.print(f"           [dim]$ {escape(step['command'])}[/]")
+    link = probe.get("link") or {}
+    dirs = ", ".join(f"-L{d}" for d in link.get("search_dirs") or ()) or "no -L"
+    libraries = " ".join(f"-l{name}" for name in link.get("libraries") or ()) or "no -l"
+    out.print(f"  libs     the link line asks for {escape(libraries)}, searching {escape(dirs)}")
+    library = probe.get("library")
+    if library is None:
+        out.print("  library  none built")
+    else:
+        where = "" if library["kept"] else " (removed with the probe's temporary directory)"
+        needs = ", ".join(library.get("needed") or ()) or "nothing"
+        out.print(
+            f"  library  {escape(library['path'])}, {library['bytes']} bytes, needs {escape(needs)}{where}"
+        )
+    if probe.get("log_path"):
+        out.print(f"  log      {escape(str(probe['log_path']))}")
+    if probe.get("flashinfer") is None:
+        out.print(
+            "  [yellow]FlashInfer is not installed[/]: the probe used the compile and link flags of FlashInfer's "
+            "JIT as jitguard knows them; install FlashInfer for its own"
+        )
 
 
 def render_engine(out: Console, engine: Mapping[str, Any]) -> None:

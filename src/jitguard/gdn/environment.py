@@ -115,7 +115,7 @@ class Environment:
                 evidence=evidence,
                 title=backend.TITLE,
                 module=module,
-                fingerprint=str(fingerprint)[:12],
+                fingerprint=str(fingerprint),
                 previous=f"[{codes}]" + (f" at {when}" if when else ""),
             )
         ]

@@ -97,7 +97,7 @@ def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = Non
                 evidence=evidence,
                 title=choice.title,
                 module=record.module,
-                fingerprint=facts.fingerprint[:12],
+                fingerprint=facts.fingerprint,
                 previous=f"[{codes}] at {when}",
             )
         )

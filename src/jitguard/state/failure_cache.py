@@ -21,7 +21,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -195,15 +195,27 @@ class FailureCache:
         """Remember a success (it clears a recorded failure); None when it cannot be written."""
         return self._write(module, fingerprint, "success", (), None, source_digest)
 
-    def forget(self, module: str) -> int:
-        """Remove every record of ``module`` (all fingerprints). Returns how many files went."""
-        prefix = f"{fileio.safe_name(module)}@"
-        # By name too, so an unreadable file of the module goes as well.
-        return self._remove(
-            lambda record, path: (
-                path.name.startswith(prefix) or (record is not None and record.module == module)
-            )
-        )
+    def forget(self, modules: Iterable[str], *, prefixes: tuple[str, ...] = ()) -> dict[str, int]:
+        """Remove every record (all fingerprints, expired ones too) of ``modules`` and of each module whose
+        name starts with one of ``prefixes``. Returns how many files went per module name."""
+        names = tuple(modules)
+        by_file = {f"{fileio.safe_name(name)}@": name for name in names}
+        chosen: dict[Path, str] = {}
+        for path in fileio.json_files(self.root):
+            record = self._read(path)
+            if record is not None and (record.module in names or record.module.startswith(prefixes)):
+                chosen[path] = record.module
+            else:  # by name too, so an unreadable file of a named module goes as well
+                name = next((n for f, n in by_file.items() if path.name.startswith(f)), None)
+                if name is not None:
+                    chosen[path] = name
+        _, stayed = fileio.remove_each(chosen)
+        if stayed:
+            raise StateUnwritable("remove cached build outcomes", self.root, stayed)
+        counts: dict[str, int] = {}
+        for name in chosen.values():
+            counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items()))
 
     def entries(self, *, include_expired: bool = False, now: float | None = None) -> list[FailureRecord]:
         """Every readable record, newest first. Unreadable files are skipped (``clear`` removes them)."""

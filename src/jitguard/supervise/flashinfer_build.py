@@ -115,7 +115,7 @@ def build_spec(
                 # (a Docker build step with a link stub) and only needs at most an incremental rebuild.
                 notes += check_before_build(module, facts, failures, source_digest=digest)
             lock.set_log_path(log_path)
-            result = _run_build(spec, key, failures, options, settings, log_path)
+            result = _run_build(spec, key, failures, options, settings, log_path, facts)
         status: Literal["built", "up-to-date", "fetched"] = (
             "up-to-date" if before == _mtime(so_path) else "built"
         )
@@ -205,7 +205,11 @@ def check_before_build(
     if blocking:
         failures.record_failure(module, facts.fingerprint, blocking, source_digest=source_digest)
         raise BuildFailed(
-            module, blocking, None, detail="pre-flight: this build cannot succeed here, not started"
+            module,
+            blocking,
+            None,
+            detail="pre-flight found that it cannot succeed here",
+            outcome="not started",
         )
     return [f for f in findings if not f.blocking]
 
@@ -310,6 +314,7 @@ def _run_build(
     options: BuildOptions | None,
     settings: Settings,
     log_path: Path,
+    facts: Facts,
 ) -> BuildResult:
     # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
     # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
@@ -320,7 +325,7 @@ def _run_build(
             Path(spec.build_dir),
             Path(spec.ninja_path),
             module=key.module,
-            options=options or default_options(settings, key.module),
+            options=dataclasses.replace(options or default_options(settings, key.module), facts=facts),
             log_path=log_path,
         )
     except BuildFailed as exc:
@@ -342,7 +347,13 @@ def _check_library(
     blocking = [f for f in findings if f.blocking]
     if blocking:
         _record(failures, key, blocking, log_text)
-        raise BuildFailed(key.module, blocking, log_text, detail=f"{so_path} would not load here")
+        raise BuildFailed(
+            key.module,
+            blocking,
+            log_text,
+            detail=str(so_path),
+            outcome="gave a library that would not load here",
+        )
     return findings
 
 
@@ -356,7 +367,9 @@ def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path
         # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
         if any(f.code != "build-failed" for f in found):
             _record(failures, key, found, None)
-        raise BuildFailed(key.module, found, None, detail=f"loading {so_path} failed: {exc}") from exc
+        raise BuildFailed(
+            key.module, found, None, detail=f"{so_path}: {exc}", outcome="gave a library that failed to load"
+        ) from exc
 
 
 def _record(

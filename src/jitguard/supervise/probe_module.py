@@ -6,6 +6,7 @@ subprocess. It proves in seconds what a 34-TU GDN build would only tell after mi
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.errors import BuildFailed
 from jitguard.findings.catalog import make
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from jitguard.supervise.runner import BuildOptions
 
 MODULE = "jitguard_compile_probe"
+_OBJECT = "probe.cuda.o"
 DEFAULT_ARCH = "9.0a"  # FlashInfer's GDN prefill target (SM90) when neither the env nor a GPU says otherwise
 
 # A kernel, a runtime API call and a driver API call: the .so needs libcudart and libcuda like FlashInfer's.
@@ -47,11 +49,58 @@ extern "C" int jitguard_probe_launch(float* out) {
 
 
 @dataclass(frozen=True)
+class ProbeStep:
+    """One step of the probe and how it ended: ``done``, ``failed`` or ``not-run`` (``detail`` says why)."""
+
+    name: Literal["compile", "link", "check", "load"]
+    outcome: Literal["done", "failed", "not-run"]
+    detail: str
+    command: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "outcome": self.outcome, "detail": self.detail, "command": self.command}
+
+
+@dataclass(frozen=True)
 class ProbeResult:
+    """What the probe built, linked and loaded. ``so_path`` is where the library was built (None: it was
+    not); ``kept`` whether it is still there (a temporary probe directory is removed). ``findings`` are the
+    classified failures, or one ``compile-probe-passed``."""
+
     findings: tuple[Finding, ...]
     so_path: Path | None
     seconds: float
     log_path: Path | None
+    arch: str = DEFAULT_ARCH
+    steps: tuple[ProbeStep, ...] = ()
+    so_bytes: int | None = None
+    needed: tuple[str, ...] = ()  # the library's DT_NEEDED entries: what the loader will look for
+    link_libraries: tuple[str, ...] = ()  # the link line's -l names
+    link_dirs: tuple[str, ...] = ()  # the link line's -L directories
+    kept: bool = False
+    flashinfer: str | None = None  # FlashInfer's version; None: not installed, its flags are jitguard's copy
+
+    def step(self, name: str) -> ProbeStep | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "flashinfer": self.flashinfer,
+            "seconds": round(self.seconds, 3),
+            "log_path": None if self.log_path is None else str(self.log_path),
+            "steps": [s.to_json() for s in self.steps],
+            "library": None
+            if self.so_path is None
+            else {
+                "path": str(self.so_path),
+                "bytes": self.so_bytes,
+                "kept": self.kept,
+                "needed": list(self.needed),
+            },
+            "link": {"libraries": list(self.link_libraries), "search_dirs": list(self.link_dirs)},
+            "findings": [f.to_json() for f in self.findings],
+        }
 
 
 def gencode(arch: str) -> str:
@@ -69,8 +118,16 @@ def probe_arch(facts: Facts) -> str:
     return DEFAULT_ARCH
 
 
-def write_project(directory: Path, facts: Facts, arch: str) -> Path:
-    """The probe's source and build.ninja in ``directory``; returns the ninja file."""
+@dataclass(frozen=True)
+class _Project:
+    ninja_file: Path
+    compile_command: str
+    link_command: str
+    ldflags: tuple[str, ...]
+
+
+def write_project(directory: Path, facts: Facts, arch: str) -> _Project:
+    """The probe's source and build.ninja in ``directory``, and the two commands it runs."""
     from jitguard.facts.libcuda import link_flags
 
     tc, link = facts.toolchain, facts.link
@@ -79,74 +136,174 @@ def write_project(directory: Path, facts: Facts, arch: str) -> Path:
     (directory / "probe.cu").write_text(_SOURCE)
     nvcc = " ".join(shlex.quote(p) for p in tc.nvcc.command)
     cxx = " ".join(shlex.quote(p) for p in tc.cxx.command)
-    ldflags = " ".join(shlex.quote(f) for f in link_flags(cuda_home, link.extra_ldflags))
+    flags = tuple(link_flags(cuda_home, link.extra_ldflags))
+    ldflags = " ".join(shlex.quote(f) for f in flags)
+    cuda_cflags = f"--compiler-options=-fPIC -O2 {gencode(arch)} -isystem {shlex.quote(cuda_home)}/include"
+    source = directory / "probe.cu"
     lines = [
         "ninja_required_version = 1.3",
         f"nvcc = {nvcc}",
         f"cxx = {cxx}",
-        f"cuda_cflags = --compiler-options=-fPIC -O2 {gencode(arch)} -isystem {shlex.quote(cuda_home)}/include",
+        f"cuda_cflags = {cuda_cflags}",
         f"ldflags = {ldflags}",
         "rule cuda_compile",
         "  command = $nvcc $cuda_cflags -c $in -o $out",
         "rule link",
         "  command = $cxx $in $ldflags -o $out",
-        f"build probe.cuda.o: cuda_compile {directory / 'probe.cu'}",
-        f"build {MODULE}.so: link probe.cuda.o",
+        f"build {_OBJECT}: cuda_compile {source}",
+        f"build {MODULE}.so: link {_OBJECT}",
         f"default {MODULE}.so",
         "",
     ]
     ninja_file = directory / "build.ninja"
     ninja_file.write_text("\n".join(lines))
-    return ninja_file
+    return _Project(
+        ninja_file,
+        f"{nvcc} {cuda_cflags} -c {source} -o {_OBJECT}",
+        f"{cxx} {_OBJECT} {ldflags} -o {MODULE}.so",
+        flags,
+    )
 
 
 def run_probe(facts: Facts, options: BuildOptions, *, directory: Path | None = None) -> ProbeResult:
-    """Build, check and (with a driver) load the probe. Findings are the classified failures, or one
-    ``compile-probe-passed`` info finding with what was proven. ``directory`` is kept; a temporary one is not.
-    """
+    """Build, check and (with a driver) load the probe; see ``ProbeResult``. ``directory`` is kept; a
+    temporary one is not (the log stays in jitguard's cache dir)."""
     start = time.perf_counter()
     workdir = directory or Path(tempfile.mkdtemp(prefix="jitguard-compile-probe-"))
     try:
-        return _build_check_load(facts, options, workdir, start)
+        result = _build_check_load(facts, dataclasses.replace(options, facts=facts), workdir, start)
     finally:
         if directory is None:
-            shutil.rmtree(workdir, ignore_errors=True)  # the log stays in jitguard's cache dir
+            shutil.rmtree(workdir, ignore_errors=True)
+    return dataclasses.replace(result, kept=result.so_path is not None and result.so_path.exists())
 
 
 def _build_check_load(facts: Facts, options: BuildOptions, workdir: Path, start: float) -> ProbeResult:
-    from jitguard.findings.checks_toolchain import check_built_library
     from jitguard.supervise.runner import run_ninja
 
     arch = probe_arch(facts)
-    ninja_file = write_project(workdir, facts, arch)
+    project = write_project(workdir, facts, arch)
+    base: dict[str, Any] = {
+        "arch": arch,
+        "link_libraries": tuple(f[2:] for f in project.ldflags if f.startswith("-l")),
+        "link_dirs": tuple(f[2:] for f in project.ldflags if f.startswith("-L")),
+        "flashinfer": facts.flashinfer.version if facts.flashinfer.installed else None,
+    }
+    compiled = f"{_OBJECT} for {gencode(arch).rpartition('=')[2]}"
     try:
-        result = run_ninja(workdir, ninja_file, module=MODULE, options=options)
+        result = run_ninja(workdir, project.ninja_file, module=MODULE, options=options)
     except BuildFailed as exc:
-        return ProbeResult(exc.findings, None, time.perf_counter() - start, Path(exc.log_path or workdir))
+        why = _error_lines(exc)
+        objects = (workdir / _OBJECT).exists()
+        steps = (
+            ProbeStep(
+                "compile",
+                "done" if objects else "failed",
+                compiled if objects else why,
+                project.compile_command,
+            ),
+            ProbeStep(
+                "link",
+                "failed" if objects else "not-run",
+                why if objects else "the compile failed",
+                project.link_command,
+            ),
+            ProbeStep("check", "not-run", "no library was built"),
+            ProbeStep("load", "not-run", "no library was built"),
+        )
+        log_path = Path(exc.log_path) if exc.log_path else None
+        return ProbeResult(exc.findings, None, time.perf_counter() - start, log_path, steps=steps, **base)
     so = workdir / f"{MODULE}.so"
-    found = list(check_built_library(so, facts.libstdcxx))
-    load_note = "not loaded: no NVIDIA driver here (the build needs none)"
-    if facts.gpu.present and not found:
-        failure = _load_in_subprocess(so)
-        if failure is not None:
-            from jitguard.findings.classify import classify
-
-            found += classify(failure, 1, backend="flashinfer", facts=facts, log_path=str(result.log_path))
-        else:
-            load_note = "loaded in a fresh process"
+    size, needed = _library(so)
+    found, check, load = _check_and_load(so, facts, str(result.log_path))
+    steps = (
+        ProbeStep("compile", "done", compiled, project.compile_command),
+        ProbeStep(
+            "link",
+            "done",
+            f"{so.name} ({size} bytes)",
+            project.link_command,
+        ),
+        check,
+        load,
+    )
     if not found:
         found.append(
             make(
                 "compile-probe-passed",
                 backend="flashinfer",
                 evidence=[
-                    f"built {so} for {arch} in {result.wall_s:.1f} s, {load_note}",
+                    f"built {so} for {arch} in {result.wall_s:.1f} s; {load.detail}",
                     f"log: {result.log_path}",
                 ],
                 arch=arch,
             )
         )
-    return ProbeResult(tuple(found), so, time.perf_counter() - start, result.log_path)
+    seconds = time.perf_counter() - start
+    return ProbeResult(
+        tuple(found), so, seconds, result.log_path, steps=steps, so_bytes=size, needed=needed, **base
+    )
+
+
+def _check_and_load(so: Path, facts: Facts, log_path: str) -> tuple[list[Finding], ProbeStep, ProbeStep]:
+    """The exact GLIBCXX check, then (with a driver, and only when the check passed) a real load."""
+    from jitguard.findings.checks_toolchain import check_built_library
+
+    found = list(check_built_library(so, facts.libstdcxx))
+    blocking = [f for f in found if f.blocking]
+    if blocking:
+        check = ProbeStep("check", "failed", blocking[0].title)
+        return found, check, ProbeStep("load", "not-run", "the library would not load here (check)")
+    runtime = facts.libstdcxx.runtime_lib or "this process's libstdc++"
+    check = ProbeStep("check", "done", f"its GLIBCXX needs are met by {runtime}")
+    if not facts.gpu.present:
+        return found, check, ProbeStep("load", "not-run", "no NVIDIA driver here; building needs none")
+    failure = _load_in_subprocess(so)
+    if failure is None:
+        return found, check, ProbeStep("load", "done", "loaded in a fresh process")
+    from jitguard.findings.classify import classify
+
+    lines = [line.strip() for line in failure.splitlines() if line.strip()]
+    error = lines[-1] if lines else "the loader failed"  # the exception's own line ends the traceback
+    known = classify(failure, 1, backend="flashinfer", facts=facts, log_path=log_path)
+    found += [f for f in known if f.code != "build-failed"] or [
+        make("compile-probe-load-failed", backend="flashinfer", evidence=lines[-3:], error=error, so_path=so)
+    ]
+    return found, check, ProbeStep("load", "failed", error)
+
+
+def _library(so: Path) -> tuple[int | None, tuple[str, ...]]:
+    """The library's size and DT_NEEDED entries (empty when it cannot be read as ELF)."""
+    from jitguard.facts.elf import ElfReadError, dynamic_info
+
+    try:
+        size = so.stat().st_size
+    except OSError:
+        return None, ()
+    try:
+        return size, dynamic_info(so).needed
+    except (ElfReadError, OSError):
+        return size, ()
+
+
+def _error_lines(exc: BuildFailed) -> str:
+    """The failed command's own error lines from the log (after ninja's FAILED: line and the command it
+    echoes); else the first finding's title."""
+    lines: list[str] = []
+    try:
+        text = Path(exc.log_path).read_text(errors="replace").splitlines() if exc.log_path else []
+    except OSError:
+        text = []
+    failed = next((i for i, line in enumerate(text) if line.startswith("FAILED:")), None)
+    if failed is not None:
+        for line in text[failed + 2 :]:
+            if line.startswith(("ninja:", "jitguard:")):
+                break
+            if line.strip():
+                lines.append(line.strip())
+    if lines:
+        return " / ".join(lines[:3])
+    return exc.findings[0].title if exc.findings else str(exc).splitlines()[0]
 
 
 def _load_in_subprocess(so: Path) -> str | None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard import fileio
 from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
@@ -43,6 +43,9 @@ from jitguard.supervise.attempt import run_attempt
 from jitguard.supervise.module_lock import ModuleLock
 from jitguard.supervise.oom import OomCounters
 from jitguard.supervise.progress import BuildProgress, Reporter, make_reporter
+
+if TYPE_CHECKING:
+    from jitguard.facts import Facts
 
 LOG = logging.getLogger("jitguard.supervise")
 
@@ -69,6 +72,9 @@ class BuildOptions:
     backend: str = "any"  # the ``backend`` of the findings a failure produces
     ninja: str | None = None  # the ninja executable; default: the one on PATH
     compiler_cache: str | None = None  # auto | sccache | off; default: JITGUARD_COMPILER_CACHE
+    # This machine's facts, when the caller has them: a failure's findings then name this machine's fixes
+    # (the toolkit that holds libcudart, ...), as pre-flight's findings for the same cause do.
+    facts: Facts | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> BuildOptions:
@@ -222,7 +228,7 @@ def run_ninja(
         )
         with log:
             _note(log, "ninja was not found on PATH")
-        raise BuildFailed(module, [finding], str(log_path), "ninja is not installed")
+        raise BuildFailed(module, [finding], str(log_path), "ninja is not installed", outcome="not started")
 
     started = time.monotonic()
     with log:
@@ -421,10 +427,12 @@ def _tail(lines: list[str]) -> list[str]:
     return [line for line in lines if line.strip()][-_TAIL_LINES:]
 
 
-def _classify(text: str, returncode: int | None, backend: str, **params: Any) -> list[Finding]:
+def _classify(
+    text: str, returncode: int | None, backend: str, facts: Facts | None, **params: Any
+) -> list[Finding]:
     from jitguard.findings.classify import classify
 
-    return classify(text, returncode, backend=backend, **params)
+    return classify(text, returncode, backend=backend, facts=facts, **params)
 
 
 def _diagnose(
@@ -459,7 +467,7 @@ def _diagnose(
         oom = _finding("build-oom-killed", backend, attempt.oom_evidence, **params)
         others = [
             f
-            for f in _classify(text, attempt.returncode, backend, **params)
+            for f in _classify(text, attempt.returncode, backend, options.facts, **params)
             if f.code not in ("build-oom-killed", "build-failed")
         ]
         return [oom, *others], f"a compile job was killed for lack of memory even with {attempt.jobs} job(s)"
@@ -469,7 +477,7 @@ def _diagnose(
         )
         finding = _finding("build-interrupted", backend, _tail(attempt.text), signal=signal_name, **params)
         return [finding], "interrupted"
-    findings = _classify(text, attempt.returncode, backend, **params)
+    findings = _classify(text, attempt.returncode, backend, options.facts, **params)
     if not findings:
         findings = [
             _finding("build-failed", backend, _tail(attempt.text), returncode=attempt.returncode, **params)

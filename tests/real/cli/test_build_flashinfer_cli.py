@@ -71,7 +71,10 @@ def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path
     assert payload["schema"] == "jitguard.build.flashinfer-gdn/1"
     assert payload["ok"] is False and payload["module"] == "gdn_prefill_sm90"
     assert "link-missing-libcuda" in [f["code"] for f in payload["findings"]]
-    assert "pre-flight" in payload["detail"]
+    assert (
+        payload["detail"]
+        == "Build of gdn_prefill_sm90 not started: pre-flight found that it cannot succeed here"
+    )
     # Stopped before FlashInfer was even imported: it did not create its workspace.
     assert not workspace.exists()
 
@@ -81,6 +84,9 @@ def test_doomed_environment_fails_at_preflight_before_any_compile(tmp_path: Path
     again = _jitguard(["build", "flashinfer-gdn", "--workspace", str(workspace)], _env(tmp_path))
     assert again.returncode == 1
     assert "failure cache" in again.stderr and "link-missing-libcuda" in again.stderr
+    assert again.stderr.startswith(
+        "Build of gdn_prefill_sm90 not retried: it failed "
+    )  # one line, one verdict
 
 
 @pytest.mark.skipif(_can_link_libcuda(), reason="this host can link -lcuda; the doomed case needs it missing")

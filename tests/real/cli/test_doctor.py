@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from envelope_schemas import assert_rejected, assert_valid
 
 
 def doctor(*args: str, env: dict[str, str] | None = None, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -134,8 +138,9 @@ def test_compile_runs_a_real_probe_build_that_passes_once_fixed(
     assert passed and "built" in passed[0]["evidence"][0]
 
 
-def test_without_torch_the_verdict_says_no_gdn_backend_can_run(tmp_path: Path) -> None:
-    # A real interpreter whose sys.path hides torch (and everything else installed), jitguard itself on the path.
+def bare_doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """doctor in a real interpreter whose sys.path hides torch, FlashInfer and everything else installed:
+    jitguard itself and its runtime dependencies only."""
     src = Path(__file__).resolve().parents[3] / "src"
     site = tmp_path / "site"
     site.mkdir()
@@ -148,14 +153,76 @@ def test_without_torch_the_verdict_says_no_gdn_backend_can_run(tmp_path: Path) -
         "PYTHONPATH": f"{src}:{site}",
         "JITGUARD_CACHE_DIR": str(tmp_path / "cache"),
         "PATH": os.environ["PATH"],
+        "NO_COLOR": "1",
     }
     proc = subprocess.run(
-        [sys.executable, "-S", "-m", "jitguard", "doctor"],
+        [sys.executable, "-S", "-m", "jitguard", "doctor", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_without_torch_the_verdict_says_no_gdn_backend_can_run(tmp_path: Path) -> None:
+    proc = bare_doctor(tmp_path)
     assert "torch-missing" in proc.stdout
     assert "no backend can run here" in proc.stdout
+
+
+def test_compile_reports_what_the_probe_compiled_linked_and_loaded(tmp_path: Path) -> None:
+    env = {"CUDA_HOME": "/usr/local/cuda-13.0", "NO_COLOR": "1"}
+    text = doctor("--backend", "flashinfer", "--compile", env=env, cache=tmp_path).stdout
+    probe = text[text.index("compile probe") : text.index("Verdict")]
+    assert "compile probe  link failed (" in probe
+    assert "compile  done     probe.cuda.o for sm_90a" in probe
+    assert "link     failed   /usr/bin/ld: cannot find -lcuda" in probe  # the linker's own words
+    assert "the link line asks for -lcudart -lcuda" in probe
+    assert "load     not run  no library was built" in probe and "library  none built" in probe
+    data, rc = doctor_json("--backend", "flashinfer", "--compile", env=env, cache=tmp_path)
+    assert rc == 1
+    assert_valid(data)
+    steps = {s["name"]: s["outcome"] for s in data["compile_probe"]["steps"]}
+    assert steps == {"compile": "done", "link": "failed", "check": "not-run", "load": "not-run"}
+    assert data["compile_probe"]["link"]["libraries"] == ["cudart", "cuda"]
+    assert Path(data["compile_probe"]["log_path"]).is_file()
+    swapped = copy.deepcopy(data)
+    probe_steps = swapped["compile_probe"]["steps"]
+    probe_steps[0], probe_steps[1] = probe_steps[1], probe_steps[0]
+    assert_rejected(swapped)  # the steps come in the order they run
+    swapped["compile_probe"]["steps"] = data["compile_probe"]["steps"][:3]
+    assert_rejected(swapped)  # every step is there, run or not
+
+
+def test_compile_that_passes_reports_the_library_it_built(tmp_path: Path, stub_libcuda_dir: Path) -> None:
+    env = {
+        "FLASHINFER_EXTRA_LDFLAGS": f"-L{stub_libcuda_dir}",
+        "CUDA_HOME": "/usr/local/cuda",
+        "NO_COLOR": "1",
+    }
+    data, _ = doctor_json("--backend", "flashinfer", "--compile", env=env, cache=tmp_path)
+    assert_valid(data)
+    library = data["compile_probe"]["library"]
+    assert library["bytes"] > 0 and library["kept"] is False and "libcuda.so.1" in library["needed"]
+    text = doctor("--backend", "flashinfer", "--compile", env=env, cache=tmp_path).stdout
+    assert "built and linked, not loaded: no NVIDIA driver here" in text
+    assert re.search(
+        r"library  /\S+/jitguard_compile_probe\.so, \d+ bytes, needs .*libcuda\.so\.1.* \(removed with the probe's",
+        text,
+    ), text
+
+
+def test_compile_without_flashinfer_gives_complete_findings_and_says_whose_flags_it_used(
+    tmp_path: Path,
+) -> None:
+    proc = bare_doctor(tmp_path, "--backend", "flashinfer", "--compile")
+    assert "flashinfer-missing" in proc.stdout and "link-missing-libcudart" in proc.stdout
+    assert "(unknown)" not in proc.stdout and not re.search(r"\{[a-z_]+\}", proc.stdout)
+    assert "export CUDA_HOME=/usr/local/cuda-13.0" in proc.stdout  # this machine's fix, as pre-flight has it
+    assert (
+        "FlashInfer is not installed: the probe used the compile and link flags of FlashInfer's"
+        in proc.stdout
+    )
+    assert "link     failed   /usr/bin/ld: cannot find -lcudart" in proc.stdout

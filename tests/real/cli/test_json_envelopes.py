@@ -91,8 +91,17 @@ def test_cache_list_and_clear_match_the_cache_schema(tmp_path: Path) -> None:
     assert_rejected(broken(listed, lambda p: p["entries"][0].update(outcome="maybe")))
     assert_rejected(broken(listed, lambda p: p.update(removed_outcomes=1)))  # list and clear never mix
 
+    one = envelope(tmp_path, "cache", "list", "--module", "gdn-prefill/flashinfer", rc=0)
+    assert [e["module"] for e in one["entries"]] == ["gdn_prefill_sm90"] and one["selected"]["prefixes"]
+    assert_rejected(broken(one, lambda p: p["selected"].update(names=[])))
+
+    module = envelope(tmp_path, "cache", "clear", "--module", "gdn_prefill_sm90", "--yes", rc=0)
+    assert module["removed_by_module"] == {"gdn_prefill_sm90": 1}
+    assert module["removed_job_memory_modules"] == ["gdn_prefill_sm90"]
+    assert_rejected(broken(module, lambda p: p["removed_by_module"].update(gdn_prefill_sm90=0)))
+
     cleared = envelope(tmp_path, "cache", "clear", "--yes", rc=0)
-    assert cleared["removed_outcomes"] == 2
+    assert cleared["removed_outcomes"] == 1 and cleared["removed_by_module"] is None
     assert_rejected(broken(cleared, lambda p: p.update(removed_outcomes=-1)))
 
 

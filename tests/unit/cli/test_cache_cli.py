@@ -102,3 +102,68 @@ def test_a_bad_ttl_is_a_usage_error(
     monkeypatch.setenv("JITGUARD_FAILURE_TTL", "forever")
     assert main(["cache", "list"]) == 2
     assert "JITGUARD_FAILURE_TTL" in capsys.readouterr().err
+
+
+def test_clear_a_gdn_prefill_name_forgets_the_op_and_its_modules_and_says_which(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for module in (
+        "gdn-prefill/flashinfer",
+        "gdn_prefill_sm90",
+        "gdn_prefill_sm90_only_bf16_g1b1a1i1",
+        "sampling",
+    ):
+        cache.record_failure(module, "fp", [LIBCUDA])
+    JobMemoryStore(cache.cache_dir).observe("gdn_prefill_sm90", 6 * 1024**3)
+    assert main(["cache", "clear", "--module", "gdn_prefill_sm90", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "gdn-prefill/flashinfer (1), gdn_prefill_sm90 (1), gdn_prefill_sm90_only_bf16_g1b1a1i1 (1); "
+        "learned memory of gdn_prefill_sm90."
+    ) in out
+    assert "go together" in out
+    assert [r.module for r in cache.entries()] == ["sampling"]
+
+
+def test_clear_a_name_without_records_says_nothing_matched(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache.record_failure("sampling", "fp", [LIBCUDA])
+    assert main(["cache", "clear", "--module", "gdn-prefill/triton", "--yes", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["removed_outcomes"], data["removed_by_module"]) == (0, {})
+    assert data["selected"] == {"names": ["gdn-prefill/triton"], "prefixes": [], "group": None}
+    assert main(["cache", "clear", "--module", "gdn-prefill/triton", "--yes"]) == 0
+    assert "nothing matched" in capsys.readouterr().out
+    assert len(cache.entries()) == 1
+
+
+def test_list_module_lists_only_the_records_it_stands_for(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache.record_failure("gdn-prefill/flashinfer", "fp", [LIBCUDA])
+    cache.record_failure("sampling", "fp", [LIBCUDA])
+    assert main(["cache", "list", "--module", "gdn_prefill_sm90", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [e["module"] for e in data["entries"]] == ["gdn-prefill/flashinfer"]
+    assert data["selected"]["group"] == "FlashInfer GDN prefill"
+
+
+def test_list_marks_the_records_made_in_this_environment(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jitguard.facts import collect
+
+    here = collect(cache_dir=cache.cache_dir).fingerprint
+    cache.record_failure("made-here", here, [LIBCUDA])
+    cache.record_failure("made-elsewhere", "0123456789abcdef", [LIBCUDA])
+    assert main(["cache", "list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fingerprint"] == here
+    assert {e["module"]: e["this_environment"] for e in data["entries"]} == {
+        "made-here": True,
+        "made-elsewhere": False,
+    }
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert f"this environment's is {here}" in out and "here: yes" in out

@@ -156,4 +156,25 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         ),
         area=_AREA,
     ),
+    # {error}: the loader's first line; {so_path}: the probe library. Made when no more specific cause (such
+    # as so-glibcxx-missing) explains the loader's error.
+    CatalogEntry(
+        code="compile-probe-load-failed",
+        severity="error",
+        title="The probe module built and linked, but does not load here",
+        cause=(
+            "`jitguard doctor --compile` built and linked a small CUDA module the way FlashInfer's JIT does, "
+            "then loading it ({so_path}) in a fresh process failed: {error}. A FlashInfer module built here "
+            "would fail the same way when the engine loads it."
+        ),
+        fixes=(
+            FixTemplate(
+                "See where the loader finds the CUDA libraries the module needs (libcuda.so.1 comes with the "
+                "NVIDIA driver, libcudart with the CUDA toolkit or a CUDA build of torch); a library it does "
+                "not list must be installed or its directory put on LD_LIBRARY_PATH",
+                "ldconfig -p | grep -E 'libcuda\\.so|libcudart\\.so'",
+            ),
+        ),
+        area=_AREA,
+    ),
 )
