@@ -8,8 +8,9 @@ context vLLM's ``CoreEngineProcManager`` uses (``get_mp_context()``: fork by def
 plugins as ``EngineCore.__init__`` does, and asks jitguard's plugin for the facts every choice is judged on.
 
 Usage: ``python engine_core_scenario.py SPEC_JSON`` (no keys are read); prints one ``RESULT {json}`` line:
-``method`` (the start method), ``registered``, ``fingerprint`` (the engine core's) and ``ld_library_path``
-(the value each process ended up with).
+``method`` (the start method), ``registered``, ``fingerprint`` (the engine core's), ``gdn_records`` (the
+recorded failures of FlashInfer's GDN modules its GDN prefill verdict sees, as findings) and
+``ld_library_path`` (the value each process ended up with).
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ def engine_core(queue: Queue[dict[str, Any]]) -> None:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
+    from jitguard.decision.engine import GDN_PREFILL
     from jitguard.integrations import vllm as plugin
+    from jitguard.integrations.choices import recorded_failures
 
+    facts = plugin.engine_facts().get()
     queue.put(
         {
             "registered": plugin.is_registered(),
-            "fingerprint": plugin.engine_facts().get().fingerprint,
+            "fingerprint": facts.fingerprint,
+            # the failures of FlashInfer's GDN modules that its GDN prefill verdict takes into account
+            "gdn_records": [f.to_json() for f in recorded_failures(facts, GDN_PREFILL)],
             "engine_core_ld_library_path": os.environ.get("LD_LIBRARY_PATH"),
         }
     )
