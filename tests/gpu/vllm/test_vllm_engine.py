@@ -23,7 +23,8 @@ of the minutes a real GDN build takes.
    sampler at first use, and the next start takes that sampler at init.
 
 Every engine (and the prebuild) runs in a session of its own under ``JITGUARD_ENGINE_LIMIT`` seconds (default
-300; the first engine that serves compiles Triton's FLA kernels cold, ~150 s) and every process it left is
+300; the first engine that serves compiles Triton's FLA kernels cold, ~150 s), and at most what is left of the
+module's ``JITGUARD_ENGINE_BUDGET`` (default 560 s, inside one device call), and every process it left is
 killed by id afterwards (``benchmarks/engine_session.py``); one that runs past its limit fails its test with
 the stage it hung in, the build's last line and its last log lines.
 """
@@ -36,6 +37,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,18 @@ pytestmark = [
 
 BROKEN_NVCC_FLAG = "--jitguard-test-no-such-nvcc-flag"
 LIMIT_S = float(os.environ.get("JITGUARD_ENGINE_LIMIT", "300"))
+# The whole module's seconds (a device call runs 600 s at most): an engine gets what is left, at most LIMIT_S.
+BUDGET_S = float(os.environ.get("JITGUARD_ENGINE_BUDGET", "560"))
+STARTED = time.monotonic()
+# The fingerprint's inputs as a process sees them after ``imports`` (for a mismatch's report).
+INPUTS = (
+    "import json, sys\n"
+    "exec(sys.argv[1])\n"
+    "from jitguard.facts import collect, fingerprint\n"
+    "f = collect()\n"
+    "parts = {k: getattr(f, k) for k in ('gpu', 'toolchain', 'link', 'libstdcxx', 'packages', 'environment')}\n"
+    "print(json.dumps(fingerprint.describe(**parts, unavailable=f.unavailable), sort_keys=True))\n"
+)
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 START = BENCHMARKS / "vllm_engine_start.py"  # one engine start, shared with the benchmark
 
@@ -87,10 +101,19 @@ def broken_env(directory: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def limit() -> float:
+    """LIMIT_S, or what the module's budget has left; a test with under a minute left is skipped, saying so
+    (better than the device killing the whole run without a word)."""
+    left = BUDGET_S - (time.monotonic() - STARTED)
+    if left < 60:
+        pytest.skip(f"the module's budget ({BUDGET_S:g} s, JITGUARD_ENGINE_BUDGET) is spent")
+    return min(LIMIT_S, left)
+
+
 def serve(model: Path, env: dict[str, str], what: str, gdn: str = "auto", sampling: str = "greedy") -> Any:
     """One engine start (``session.EngineRun``), bounded; past its limit the test fails saying where it hung."""
     argv = [sys.executable, str(START), "serve", str(model), gdn, sampling]
-    done = session.run(argv, env, limit_s=LIMIT_S)
+    done = session.run(argv, env, limit_s=limit())
     if done.timed_out:
         pytest.fail(f"{what}: {done.hang()}", pytrace=False)
     return done
@@ -123,7 +146,7 @@ def prebuild(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> dict[
     """``jitguard build flashinfer-gdn --model`` fails for real (its first nvcc), then an engine starts."""
     env = broken_env(tmp_path_factory.mktemp("prebuild-broken"), VLLM_USE_FLASHINFER_SAMPLER="0")
     argv = [sys.executable, "-m", "jitguard", "build", "flashinfer-gdn", "--model", str(model_dir)]
-    cli = session.run(argv, env, limit_s=LIMIT_S, stages=(("jitguard build flashinfer-gdn", None),))
+    cli = session.run(argv, env, limit_s=limit(), stages=(("jitguard build flashinfer-gdn", None),))
     if cli.timed_out:
         pytest.fail(f"the prebuild: {cli.hang()}", pytrace=False)
     records = recorded(env, "gdn_prefill")
@@ -154,7 +177,32 @@ def test_2_the_engine_judges_on_the_fingerprint_jitguard_doctor_reports(prebuild
     if prebuild["engine"] is None:
         pytest.fail(f"no engine started: the prebuild recorded nothing\n{report(prebuild['cli'])}")
     logged = fingerprints(prebuild["engine"])
-    assert logged == {reported}, f"engine: {sorted(logged)}, jitguard doctor: {reported}"
+    assert logged == {reported}, (
+        f"engine: {sorted(logged)}, jitguard doctor: {reported}; what a vLLM front end changes in the inputs: "
+        f"{inputs_changed(prebuild['env'])}"
+    )
+
+
+def inputs_changed(env: dict[str, str]) -> list[str]:
+    """The fingerprint inputs that differ between a plain process and one that did what an engine's
+    processes do first (``from vllm import LLM``, CUDA initialised)."""
+
+    def inputs(imports: str) -> dict[str, Any]:
+        argv = [sys.executable, "-c", INPUTS, imports]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+        try:
+            described: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            return {"(could not collect)": done.stderr[-500:]}
+        return described
+
+    plain = inputs("pass")
+    engine = inputs("from vllm import LLM\nimport torch\ntorch.cuda.is_available() and torch.cuda.init()")
+    return [
+        f"{part}: {plain.get(part)!r} -> {engine.get(part)!r}"
+        for part in sorted(set(plain) | set(engine))
+        if plain.get(part) != engine.get(part)
+    ]
 
 
 # ---- 2. a GDN build that fails at first use, inside the engine --------------------------------------------
