@@ -5,26 +5,15 @@ process behind."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
+from benchmark_modules import load
 from live_processes import read_pids, survivors
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load() -> Any:
-    spec = importlib.util.spec_from_file_location("engine_session", BENCHMARKS / "engine_session.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
+session = load("engine_session")
 
 ENGINE = textwrap.dedent(
     """
@@ -42,7 +31,6 @@ ENGINE = textwrap.dedent(
 
 
 def test_an_engine_past_its_limit_is_named_by_its_stage_and_leaves_nothing(tmp_path: Path) -> None:
-    session = load()
     pids_file = tmp_path / "pids"
     done = session.run([sys.executable, "-c", ENGINE, str(pids_file)], os.environ, limit_s=5, poll_s=0.2)
     pids = read_pids(pids_file, 2)
@@ -54,7 +42,6 @@ def test_an_engine_past_its_limit_is_named_by_its_stage_and_leaves_nothing(tmp_p
 
 
 def test_an_engine_that_serves_reports_its_numbers(tmp_path: Path) -> None:
-    session = load()
     lines = "print('BENCH READY 1.0'); print('BENCH TTFT 0.25'); print('BENCH GENERATED 8')"
     done = session.run([sys.executable, "-c", lines], os.environ, limit_s=60)
     assert (done.status, done.stage, done.ttft_s, done.generated) == (0, "done", 0.25, 8)

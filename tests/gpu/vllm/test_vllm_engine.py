@@ -43,6 +43,8 @@ from typing import Any
 
 import pytest
 
+from benchmark_modules import BENCHMARKS, load
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.slow,
@@ -65,20 +67,10 @@ INPUTS = (
     "parts = {k: getattr(f, k) for k in ('gpu', 'toolchain', 'link', 'libstdcxx', 'packages', 'environment')}\n"
     "print(json.dumps(fingerprint.describe(**parts, unavailable=f.unavailable), sort_keys=True))\n"
 )
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 START = BENCHMARKS / "vllm_engine_start.py"  # one engine start, shared with the benchmark
 
 
-def _load_session() -> Any:
-    spec = importlib.util.spec_from_file_location("engine_session", BENCHMARKS / "engine_session.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-session = _load_session()
+session = load("engine_session")  # benchmarks/engine_session.py
 
 
 @pytest.fixture(scope="module")
