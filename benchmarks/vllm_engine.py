@@ -28,12 +28,13 @@ table with both.
 
 On the H200 device (root; 16 CPUs), the doomed sampler with vLLM 0.24.0 and 0.26.0 in one run (~6 minutes):
 
-1. Here, build the two payloads (../shared/gpu-e2e/README.md; ~5 minutes each):
+1. Here, in the checkout the device calls send, build the two payloads (../shared/gpu-e2e/README.md):
        echo /.gpu/ >> .git/info/exclude
-       ../shared/gpu-e2e/make_payload.sh 0.24.0 .gpu/v024
+       ../shared/gpu-e2e/make_payload.sh 0.24.0 .gpu/v024      # 4 parts, 185 MB (~5 min)
        ../shared/gpu-e2e/make_payload.sh 0.26.0 .gpu/v026 'nvidia-cutlass-dsl[cu13]==4.6.0'
-2. Carry them back to back (64 MiB a call; the machine keeps /tmp only while warm): one part per call in a
-   carried folder, e.g. .gpu/carry/; the first call also carries zstandard-*.whl and unpack.py:
+                                      # 5 parts, 279 MB, 1.1 GB unpacked (17.5 min on a 2-core machine)
+2. Carry them back to back, 9 calls (64 MiB a call; the machine keeps /tmp only while warm): one part per call
+   in a carried folder, e.g. .gpu/carry/; the first call also carries zstandard-*.whl and unpack.py:
        call 1:   mkdir -p /tmp/p024 /tmp/p026 && cp .gpu/carry/* /tmp/p024/      (v024's part.0, wheel, unpack.py)
        next:     cp .gpu/carry/* /tmp/p024/     (each further part of v024), then /tmp/p026/ for v026's parts
        last:     cp .gpu/carry/* /tmp/p026/ && python3 -m pip install -q --no-index --no-deps --target /tmp/zst
