@@ -1,26 +1,50 @@
-"""A real vLLM engine on the H200 host, stock beside jitguard, with FlashInfer made to fail for real.
+"""A real vLLM engine on the H200 host, stock beside jitguard, with FlashInfer made to fail for real, for one
+or more vLLM releases in one run (each unpacked from its ../shared/gpu-e2e payload into a site dir of its own).
 
-Scenarios (each engine in its own session under a time limit, killed with its whole tree afterwards):
+Stages (each engine in its own session under a time limit, killed with every process it left by pid after,
+``engine_session.py``; rows run in order, the first of each release warms Triton's cache for the others):
 
-  gdn     libcuda unlinkable (its dev symlink and the toolkit's stub hidden; the runtime libcuda.so.1 stays):
-          stock auto (FlashInfer's GDN build runs until the limit), jitguard auto (Triton/FLA), jitguard
-          ``--gdn-prefill-backend flashinfer`` (stops at init); the sampler off (VLLM_USE_FLASHINFER_SAMPLER=0)
-  sampler GDN on Triton, vLLM's default sampler (FlashInfer's): libcuda unlinkable (stock compiles the sampling
-          module, then its link fails; jitguard takes PyTorch's sampler at init) and, with libcuda back, a build
-          that fails at its first nvcc call (FLASHINFER_EXTRA_CUDAFLAGS=<a flag nvcc rejects>): stock dies,
-          jitguard fails over at first use, and its next start takes PyTorch's sampler at once; named
-          (VLLM_USE_FLASHINFER_SAMPLER=1) with libcuda unlinkable stops at init
+  sampler   (default) FlashInfer's top-k/top-p sampler doomed for real: libcuda made unlinkable (its dev
+            symlink and the toolkit's stub hidden; the runtime libcuda.so.1 stays), vLLM's default sampler
+            (FlashInfer's, a JIT module), GDN off the table (a dense Qwen3 by default, ``--sampler-model``):
+            jitguard (PyTorch's sampler at init, serves), stock (compiles the sampling module, then its link
+            fails), jitguard with VLLM_USE_FLASHINFER_SAMPLER=1 (stops at init)
+  gdn       libcuda unlinkable, a tiny Qwen3-Next, the sampler off (VLLM_USE_FLASHINFER_SAMPLER=0): stock auto
+            (FlashInfer's GDN build runs until the limit), jitguard auto (Triton/FLA), jitguard
+            ``--gdn-prefill-backend flashinfer`` (stops at init). nvcc-era FlashInfer only (0.6.3 - 0.6.13,
+            vLLM <= 0.24): 0.6.14 compiles GDN in-process with CuTeDSL, nothing links, so it is skipped there
+  firstuse  libcuda back, a sampling build that fails at its first nvcc call (FLASHINFER_EXTRA_CUDAFLAGS=<a
+            flag nvcc rejects>): stock dies, jitguard fails over at first use, its next start decides at init
+  all       gdn, sampler, firstuse
 
 Each row: exit (status, or the limit), seconds to the first line that says what happens with FlashInfer (a
-jitguard verdict, or stock's error), seconds until the engine was ready, time to first token, the lines that
-matter from the log, the most compilers alive at once and the objects built, and the fingerprint jitguard
-logged. Results go to ``$OUT/vllm_engine.<stage>.json`` and ``$OUT/vllm_engine.md``; each stage's rows are
-also kept in /tmp/jitguard-vllm-engine-results, so two calls (one stage each, the host still warm) give one
+jitguard verdict, or stock's error), seconds until the engine was ready, time to first token, where it was
+when it ended (the stage of an engine start), the lines that matter from the log, the most compilers alive at
+once and the objects built, and the fingerprint jitguard logged. The whole run keeps within ``--budget``
+seconds (default 510): a row whose limit no longer fits gets what is left, one with under a minute left is
+not started (a note says so). Results: ``$OUT/vllm_engine.<stage>.json`` and ``$OUT/vllm_engine.md``; each
+stage's rows are also kept in /tmp/jitguard-vllm-engine-results, so two calls (the host still warm) give one
 table with both.
 
-    PYTHONPATH=$PWD/src:/tmp/site python3 benchmarks/vllm_engine.py [--stage all|gdn|sampler] [--out DIR]
+On the H200 device (root; 16 CPUs), the doomed sampler with vLLM 0.24.0 and 0.26.0 in one run (~6 minutes):
 
-Needs vLLM 0.22-0.26 (``../shared/gpu-e2e/make_payload.sh``) and root (hiding libcuda); ~4 minutes a stage.
+1. Here, in the checkout the device calls send, build the two payloads (../shared/gpu-e2e/README.md):
+       echo /.gpu/ >> .git/info/exclude
+       ../shared/gpu-e2e/make_payload.sh 0.24.0 .gpu/v024      # 4 parts, 185 MB (~5 min)
+       ../shared/gpu-e2e/make_payload.sh 0.26.0 .gpu/v026 'nvidia-cutlass-dsl[cu13]==4.6.0'
+                                      # 5 parts, 279 MB, 1.1 GB unpacked (17.5 min on a 2-core machine)
+2. Carry them back to back, 9 calls (64 MiB a call; the machine keeps /tmp only while warm): one part per call
+   in a carried folder, e.g. .gpu/carry/; the first call also carries zstandard-*.whl and unpack.py:
+       call 1:   mkdir -p /tmp/p024 /tmp/p026 && cp .gpu/carry/* /tmp/p024/      (v024's part.0, wheel, unpack.py)
+       next:     cp .gpu/carry/* /tmp/p024/     (each further part of v024), then /tmp/p026/ for v026's parts
+       last:     cp .gpu/carry/* /tmp/p026/ && python3 -m pip install -q --no-index --no-deps --target /tmp/zst
+                 /tmp/p024/zstandard-*.whl && PYTHONPATH=/tmp/zst python3 /tmp/p024/unpack.py /tmp/v024
+                 /tmp/p024/part.* && PYTHONPATH=/tmp/zst python3 /tmp/p024/unpack.py /tmp/v026 /tmp/p026/part.*
+3. The run, one call (timeout_s=600), nothing carried:
+       bash benchmarks/vllm_engine.sh sampler /tmp/v024/site /tmp/v026/site
+
+The 0.24 GDN scenarios, as before (0.24 payload unpacked into /tmp/site): ``bash benchmarks/vllm_engine.sh
+gdn``. Directly: ``python3 benchmarks/vllm_engine.py [--stage ...] [--site DIR ...] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -31,32 +55,66 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import engine_session  # beside this script
 
 BROKEN_NVCC_FLAG = "--jitguard-bench-no-such-nvcc-flag"
 HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
 START = Path(__file__).with_name("vllm_engine_start.py")  # one engine start, and the model it serves
+SRC = Path(__file__).resolve().parents[1] / "src"  # this tree's jitguard, first on every engine's path
 KEPT = Path("/tmp/jitguard-vllm-engine-results")  # each stage's rows, across calls while the host stays warm
+STAGES = ("gdn", "sampler", "firstuse")
+SAMPLER_MODELS = {
+    "qwen3": "a 2-layer dense Qwen3 (nothing for Triton to compile cold but attention)",
+    "qwen3-next": "the same Qwen3-Next (GDN on Triton)",
+}
+MIN_ROW_S = 60.0  # a row with less time than this left in the budget is not started
 # Lines worth keeping from an engine's log (jitguard's, FlashInfer's JIT, and the errors that end a start).
 KEEP = re.compile(
     r"jitguard: |JIT-compiled|cannot find -l|Build of |ninja: build stopped|Error|error:|Using .* (GDN|sampl)"
     r"|FlashInfer top-p|nvcc fatal",
 )
+STOPPED = re.compile(r"jitguard: FlashInfer .* was requested")
 VERDICT = re.compile(
     r"jitguard: (vLLM chose|FlashInfer .* was requested|FlashInfer .* failed on first use)|cannot find -lcuda"
     r"|nvcc fatal|Build of \S+ failed|ninja: build stopped"
 )
+
+
+@dataclass(frozen=True)
+class Site:
+    """One unpacked payload: a site dir holding one vLLM release (and its FlashInfer)."""
+
+    path: Path
+    vllm: str
+    flashinfer: str | None
+
+    @classmethod
+    def of(cls, path: Path) -> Site:
+        return cls(path, _dist_version(path, "vllm") or "?", _dist_version(path, "flashinfer_python"))
+
+    @property
+    def nvcc_era_gdn(self) -> bool:
+        """FlashInfer 0.6.3 - 0.6.13 builds GDN prefill with nvcc (shared/FACTS.md)."""
+        parts = tuple(int(p) for p in re.findall(r"\d+", self.flashinfer or "")[:3])
+        return (0, 6, 3) <= parts < (0, 6, 14)
+
+
+def _dist_version(site: Path, name: str) -> str | None:
+    """The version in ``site/<name>-<version>.dist-info`` (read from the directory name: no import)."""
+    for entry in sorted(site.glob(f"{name}-*.dist-info")):
+        return entry.name[len(name) + 1 : -len(".dist-info")]
+    return None
 
 
 @dataclass
@@ -65,12 +123,14 @@ class Row:
     name: str
     jitguard: bool
     expect: str
-    limit_s: int
+    limit_s: float
+    vllm: str = ""
     exit: str = ""
     verdict_s: float | None = None
     ready_s: float | None = None
     ttft_s: float | None = None
     generated: int | None = None
+    ended_in: str = ""  # the stage of an engine start it was in when it exited or was killed
     peak_compilers: int = 0
     objects_built: int = 0
     fingerprints: list[str] = field(default_factory=list)
@@ -78,106 +138,52 @@ class Row:
     ok: bool = False
 
 
+class Budget:
+    """The whole run's seconds: each row gets at most what is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+
 # ---- one engine start -------------------------------------------------------------------------------------
-def run_engine(row: Row, model: Path, env: dict[str, str], gdn: str, sampling: str, workspace: Path) -> Row:
-    """Start one engine in its own session under ``row.limit_s`` and read its log as it comes."""
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            "timeout",
-            "-k",
-            "5",
-            str(row.limit_s),
-            sys.executable,
-            str(START),
-            "serve",
-            str(model),
-            gdn,
-            sampling,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    reader = threading.Thread(target=_read, args=(proc, row, started), daemon=True)
-    reader.start()
-    while proc.poll() is None:  # the most compilers of this engine alive at once (a build in progress)
-        row.peak_compilers = max(row.peak_compilers, _count_compilers(proc.pid))
-        time.sleep(2)
-    status = proc.returncode
-    row.objects_built = _objects(workspace)
-    _kill_session(proc.pid)
-    reader.join(10)
-    row.exit = "limit" if status in (124, 137, -9) else str(status)
-    row.ok = _meets(row)
-    return row
-
-
-def _read(proc: subprocess.Popen[str], row: Row, started: float) -> None:
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip()
-        now = time.monotonic() - started
-        if line.startswith("BENCH READY"):
-            row.ready_s = round(now, 1)
-        elif line.startswith("BENCH TTFT"):
-            row.ttft_s = round(float(line.split()[-1]), 3)
-        elif line.startswith("BENCH GENERATED"):
-            row.generated = int(line.split()[-1])
+def run_engine(
+    row: Row, site: Site, model: Path, env: dict[str, str], gdn: str, sampling: str, budget: Budget
+) -> Row | None:
+    """Start one engine under ``row.limit_s`` (or what the budget has left); None when there is no time."""
+    row.vllm = site.vllm
+    row.limit_s = round(min(row.limit_s, budget.left()), 1)
+    if row.limit_s < MIN_ROW_S:
+        return None
+    argv = [sys.executable, str(START), "serve", str(model), gdn, sampling]
+    done = engine_session.run(argv, env, limit_s=row.limit_s)
+    for seconds, line in done.lines:
         if row.verdict_s is None and VERDICT.search(line):
-            row.verdict_s = round(now, 1)
+            row.verdict_s = seconds
         row.fingerprints += [
             fp for fp in re.findall(r"\(fingerprint ([0-9a-f]{16})\)", line) if fp not in row.fingerprints
         ]
         if KEEP.search(line) and len(row.lines) < 12:
-            row.lines.append(f"[{now:6.1f} s] {line[:400]}")
+            row.lines.append(f"[{seconds:6.1f} s] {line[:400]}")
+    row.exit = "limit" if done.timed_out else str(done.status)
+    row.ready_s, row.ttft_s, row.generated = done.ready_s, done.ttft_s, done.generated
+    row.ended_in = f"{done.stage} (from {done.stage_s:g} s)"
+    row.peak_compilers = done.peak_compilers
+    row.objects_built = _objects(Path(env["FLASHINFER_WORKSPACE_BASE"]))
+    row.ok = _meets(row)
+    return row
 
 
 def _meets(row: Row) -> bool:
+    """``serves``: 8 tokens; ``stops``: an exit at init that jitguard explained (its "was requested" line);
+    ``fails or hangs``: anything but serving (stock's outcome)."""
     served = row.exit == "0" and row.generated == 8
-    return {"serves": served, "stops": row.exit not in ("0", "limit"), "fails or hangs": not served}[
-        row.expect
-    ]
-
-
-def _session_pids(sid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
-            found.append(int(entry.name))
-    return found
-
-
-def _count_compilers(sid: int) -> int:
-    count = 0
-    for pid in _session_pids(sid):
-        try:
-            count += Path(f"/proc/{pid}/comm").read_text().strip() in ("cicc", "ptxas", "nvcc", "cudafe++")
-        except OSError:
-            continue
-    return count
-
-
-def _kill_session(sid: int) -> None:
-    """Kill every process of the engine's session by id (an engine core, FlashInfer's compilers)."""
-    for _ in range(3):
-        pids = _session_pids(sid)
-        if not pids:
-            return
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+    explained = any(STOPPED.search(line) for line in row.lines)
+    stopped = row.exit not in ("0", "limit") and row.ready_s is None and explained
+    return {"serves": served, "stops": stopped, "fails or hangs": not served}[row.expect]
 
 
 def _objects(workspace: Path) -> int:
@@ -219,13 +225,16 @@ def doctor_json(env: dict[str, str]) -> dict[str, Any]:
 
 
 def doomed_link(env: dict[str, str]) -> bool:
-    codes = [f["code"] for f in doctor_json(env)["backends"]["flashinfer"]["findings"]]
-    return "link-missing-libcuda" in codes
+    """Whether FlashInfer's link line fails on ``-lcuda`` here (jitguard's real trial link). Read from the
+    link facts, not a backend's findings: a CuTeDSL-era GDN op links nothing, its sampler still does."""
+    link = doctor_json(env)["facts"]["link"]
+    return link.get("error") is None and link.get("cuda_links") is False
 
 
 @contextmanager
-def libcuda_hidden(env: dict[str, str]) -> Iterator[list[str]]:
-    """Rename the linkable ``libcuda.so`` files (restored on exit, whatever happens); yields what was hidden."""
+def libcuda_hidden(env: dict[str, str], notes: list[str]) -> Iterator[list[str]]:
+    """Rename the linkable ``libcuda.so`` files (restored on exit, whatever happens); yields what was hidden.
+    A file that cannot be renamed (the H200's driver mount is read-only) stays, with a note."""
     moved: list[tuple[Path, Path]] = []
     try:
         for _ in range(6):  # the dev link, the toolkit's stub, ...: one at a time, as the linker finds them
@@ -233,7 +242,11 @@ def libcuda_hidden(env: dict[str, str]) -> Iterator[list[str]]:
             if path is None or path.name != "libcuda.so" or _runtime_behind(path):
                 break  # never what libcuda.so.1 (the runtime the engine needs) resolves to
             target = path.with_name(path.name + HIDDEN)
-            os.rename(path, target)
+            try:
+                os.rename(path, target)
+            except OSError as exc:
+                notes.append(f"could not hide {path}: {exc.strerror}; the linker still takes it")
+                break
             moved.append((path, target))
             LEDGER.write_text(json.dumps([str(p) for p, _ in moved]))
         yield [str(p) for p, _ in moved]
@@ -268,90 +281,147 @@ def restore_leftovers() -> None:
 
 
 # ---- the scenarios ----------------------------------------------------------------------------------------
-def base_env(work: Path, name: str, *, jitguard: bool, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JITGUARD_")}
-    env.update(
-        JITGUARD_CACHE_DIR=str(work / f"{name}-cache"),
-        FLASHINFER_WORKSPACE_BASE=str(work / f"{name}-workspace"),
-        PYTHONUNBUFFERED="1",
-        **extra,
-    )
-    if not jitguard:
-        env["JITGUARD_DISABLE"] = "1"
-    return env
+@dataclass
+class Run:
+    """What every stage of one invocation shares."""
+
+    work: Path
+    sites: list[Site]
+    budget: Budget
+    sampler_model: str
+    models: dict[tuple[str, str], Path] = field(default_factory=dict)
+
+    def model(self, site: Site, kind: str) -> Path:
+        """``kind``'s config.json, written by the transformers that ``site``'s vLLM reads it with."""
+        if (site.vllm, kind) not in self.models:
+            directory = self.work / f"model-{kind}-{site.vllm}"
+            env = self.env(site, "model", jitguard=False)
+            subprocess.run([sys.executable, str(START), "model", str(directory), kind], env=env, check=True)
+            self.models[site.vllm, kind] = directory
+        return self.models[site.vllm, kind]
+
+    def sampler_how(self) -> dict[str, str]:
+        """How the sampler stages start an engine: top-k/top-p sampling; GDN on Triton (Qwen3-Next only)."""
+        gdn = "triton" if self.sampler_model == "qwen3-next" else "auto"
+        return {"model": self.sampler_model, "gdn": gdn, "sampling": "top"}
+
+    def env(self, site: Site, name: str, *, jitguard: bool, **extra: str) -> dict[str, str]:
+        """A fresh jitguard cache and FlashInfer workspace per row; this tree's jitguard, then the site."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JITGUARD_")}
+        tag = f"{site.vllm}-{name}"
+        env.update(
+            PYTHONPATH=f"{SRC}{os.pathsep}{site.path}",
+            JITGUARD_CACHE_DIR=str(self.work / f"{tag}-cache"),
+            FLASHINFER_WORKSPACE_BASE=str(self.work / f"{tag}-workspace"),
+            PYTHONUNBUFFERED="1",
+            HF_HUB_OFFLINE="1",
+            **extra,
+        )
+        if not jitguard:
+            env["JITGUARD_DISABLE"] = "1"
+        return env
+
+    def start(
+        self, rows: list[Row], notes: list[str], row: Row, site: Site, env: dict[str, str], **how: str
+    ) -> None:
+        model = self.model(site, how.get("model", "qwen3-next"))
+        done = run_engine(
+            row, site, model, env, how.get("gdn", "auto"), how.get("sampling", "greedy"), self.budget
+        )
+        if done is None:
+            notes.append(
+                f"{row.stage} | vLLM {site.vllm} | {row.name}: not started, under {MIN_ROW_S:g} s of the "
+                "run's budget left"
+            )
+            return
+        rows.append(done)
+        print(_line(done), flush=True)
 
 
-def gdn_stage(work: Path, model: Path, notes: list[str]) -> list[Row]:
+def gdn_stage(run: Run, notes: list[str]) -> list[Row]:
     rows: list[Row] = []
     plan = [
         ("stock, auto", False, "auto", "fails or hangs", 75),
         ("jitguard, auto", True, "auto", "serves", 300),
         ("jitguard, --gdn-prefill-backend flashinfer", True, "flashinfer", "stops", 150),
     ]
-    probe = base_env(work, "gdn-probe", jitguard=True)
-    with libcuda_hidden(probe) as hidden:
+    sites = [s for s in run.sites if s.nvcc_era_gdn]
+    for site in run.sites:
+        if site not in sites:
+            notes.append(
+                f"gdn: vLLM {site.vllm} skipped: flashinfer-python {site.flashinfer} compiles GDN prefill "
+                "in-process (CuTeDSL), there is no nvcc build or link to doom"
+            )
+    if not sites:
+        return rows
+    with libcuda_hidden(run.env(sites[0], "gdn-probe", jitguard=True), notes) as hidden:
         notes.append(f"gdn: hidden for the link: {', '.join(hidden) or 'nothing found'}")
-        if not doomed_link(probe):
-            notes.append("gdn: skipped, -lcuda still links here")
-            return rows
-        for i, (name, jitguard, gdn, expect, limit) in enumerate(plan):
-            env = base_env(work, f"gdn-{i}", jitguard=jitguard, VLLM_USE_FLASHINFER_SAMPLER="0")
-            row = Row("gdn: libcuda unlinkable", name, jitguard, expect, limit)
-            rows.append(run_engine(row, model, env, gdn, "greedy", Path(env["FLASHINFER_WORKSPACE_BASE"])))
-            print(_line(rows[-1]), flush=True)
+        for site in sites:
+            if not doomed_link(run.env(site, "gdn-probe", jitguard=True)):
+                notes.append(f"gdn: vLLM {site.vllm} skipped, -lcuda still links here")
+                continue
+            for i, (name, jitguard, gdn, expect, limit) in enumerate(plan):
+                env = run.env(site, f"gdn-{i}", jitguard=jitguard, VLLM_USE_FLASHINFER_SAMPLER="0")
+                row = Row("gdn: libcuda unlinkable", name, jitguard, expect, limit)
+                run.start(rows, notes, row, site, env, gdn=gdn)
     return rows
 
 
-def sampler_stage(work: Path, model: Path, notes: list[str]) -> list[Row]:
+def sampler_stage(run: Run, notes: list[str]) -> list[Row]:
+    """The doomed sampler, every release: jitguard first (it warms Triton's cache for the rows after it)."""
     rows: list[Row] = []
-
-    def start(stage: str, name: str, jitguard: bool, expect: str, limit: int, env: dict[str, str]) -> None:
-        row = Row(stage, name, jitguard, expect, limit)
-        rows.append(run_engine(row, model, env, "triton", "top", Path(env["FLASHINFER_WORKSPACE_BASE"])))
-        print(_line(rows[-1]), flush=True)
-
-    probe = base_env(work, "sampler-probe", jitguard=True)
-    with libcuda_hidden(probe) as hidden:
+    stage = "sampler: libcuda unlinkable"
+    plan = [
+        ("jitguard, default sampler", True, {}, "serves", 180),
+        ("stock, default sampler", False, {}, "fails or hangs", 150),
+        ("jitguard, VLLM_USE_FLASHINFER_SAMPLER=1", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, "stops", 120),
+    ]
+    how = run.sampler_how()
+    with libcuda_hidden(run.env(run.sites[0], "sampler-probe", jitguard=True), notes) as hidden:
         notes.append(f"sampler: hidden for the link: {', '.join(hidden) or 'nothing found'}")
-        if doomed_link(probe):
-            stage = "sampler: libcuda unlinkable"
-            start(
-                stage,
-                "stock, default sampler",
-                False,
-                "fails or hangs",
-                180,
-                base_env(work, "s0", jitguard=False),
-            )
-            start(
-                stage, "jitguard, default sampler", True, "serves", 180, base_env(work, "s1", jitguard=True)
-            )
-            named = base_env(work, "s2", jitguard=True, VLLM_USE_FLASHINFER_SAMPLER="1")
-            start(stage, "jitguard, VLLM_USE_FLASHINFER_SAMPLER=1", True, "stops", 150, named)
-        else:
-            notes.append("sampler: libcuda scenarios skipped, -lcuda still links here")
+        for site in run.sites:
+            if not doomed_link(run.env(site, "sampler-probe", jitguard=True)):
+                notes.append(f"sampler: vLLM {site.vllm} skipped, -lcuda still links here")
+                continue
+            for i, (name, jitguard, extra, expect, limit) in enumerate(plan):
+                env = run.env(site, f"s{i}", jitguard=jitguard, **extra)
+                run.start(rows, notes, Row(stage, name, jitguard, expect, limit), site, env, **how)
+    return rows
+
+
+def firstuse_stage(run: Run, notes: list[str]) -> list[Row]:
+    rows: list[Row] = []
     stage = "sampler: its build fails at the first nvcc"
     broken = {"FLASHINFER_EXTRA_CUDAFLAGS": BROKEN_NVCC_FLAG}
-    start(stage, "stock", False, "fails or hangs", 180, base_env(work, "s3", jitguard=False, **broken))
-    again = base_env(work, "s4", jitguard=True, **broken)
-    start(stage, "jitguard, first start", True, "serves", 180, again)
-    start(stage, "jitguard, next start (recorded)", True, "serves", 180, again)
+    how = run.sampler_how()
+    for site in run.sites:
+        stock = run.env(site, "f0", jitguard=False, **broken)
+        run.start(rows, notes, Row(stage, "stock", False, "fails or hangs", 180), site, stock, **how)
+        again = run.env(site, "f1", jitguard=True, **broken)
+        run.start(rows, notes, Row(stage, "jitguard, first start", True, "serves", 180), site, again, **how)
+        row = Row(stage, "jitguard, next start (recorded)", True, "serves", 180)
+        run.start(rows, notes, row, site, again, **how)
     return rows
+
+
+STAGE_RUNNERS = {"gdn": gdn_stage, "sampler": sampler_stage, "firstuse": firstuse_stage}
 
 
 # ---- results ----------------------------------------------------------------------------------------------
 def _line(row: Row) -> str:
     return (
-        f"{row.stage} | {row.name}: exit {row.exit}, verdict {row.verdict_s} s, ready {row.ready_s} s, "
-        f"ttft {row.ttft_s} s, {'as expected' if row.ok else 'NOT as expected'} ({row.expect})"
+        f"{row.stage} | vLLM {row.vllm} | {row.name}: exit {row.exit}, verdict {row.verdict_s} s, ready "
+        f"{row.ready_s} s, ttft {row.ttft_s} s, ended in {row.ended_in}, "
+        f"{'as expected' if row.ok else 'NOT as expected'} ({row.expect})"
     )
 
 
-def machine() -> dict[str, Any]:
+def machine(sites: list[Site]) -> dict[str, Any]:
     info: dict[str, Any] = {
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "releases": [{"vllm": s.vllm, "flashinfer-python": s.flashinfer, "site": str(s.path)} for s in sites],
     }
     try:
         smi = subprocess.run(
@@ -363,7 +433,7 @@ def machine() -> dict[str, Any]:
         info["gpu"] = None
     from importlib import metadata
 
-    for name in ("vllm", "flashinfer-python", "torch", "triton", "jitguard"):
+    for name in ("torch", "triton"):
         try:
             info[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -372,28 +442,34 @@ def machine() -> dict[str, Any]:
 
 
 def render(rows: list[Row], info: dict[str, Any], notes: list[str]) -> str:
+    releases = ", ".join(
+        f"vLLM {r['vllm']} (flashinfer-python {r['flashinfer-python']})" for r in info.get("releases", [])
+    )
     out = [
         "# vLLM engine starts: stock beside jitguard, FlashInfer doomed for real",
         "",
-        f"Produced by `benchmarks/vllm_engine.py` on {info.get('gpu')} ({info.get('cpus')} CPUs): vLLM "
-        f"{info.get('vllm')}, flashinfer-python {info.get('flashinfer-python')}, torch {info.get('torch')}, "
-        f"triton {info.get('triton')}. A 4-layer Qwen3-Next with dummy weights, TP1, eager, Triton attention.",
+        f"Produced by `benchmarks/vllm_engine.py` on {info.get('gpu')} ({info.get('cpus')} CPUs): {releases}; "
+        f"torch {info.get('torch')}, triton {info.get('triton')}. Tiny random-weight models (`load_format="
+        f'"dummy"`): a 4-layer Qwen3-Next for GDN, {SAMPLER_MODELS[info.get("sampler_model", "qwen3")]} for the '
+        "sampler; TP1, eager, Triton attention.",
         "Times in seconds from the engine's start: the first line saying what happens with FlashInfer (a "
         "jitguard verdict or stock's error), engine ready, time to first token (1-token generate).",
         "",
-        "| scenario | engine | exit | verdict | ready | TTFT | compilers (objects built) | as expected |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | vLLM | engine | exit | verdict | ready | TTFT | ended in | compilers (objects built) "
+        "| as expected |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        exit_ = f"killed at {r.limit_s} s" if r.exit == "limit" else r.exit
+        exit_ = f"killed at {r.limit_s:g} s" if r.exit == "limit" else r.exit
         out.append(
-            f"| {r.stage} | {r.name} | {exit_} | {_n(r.verdict_s)} | {_n(r.ready_s)} | {_n(r.ttft_s)} | "
-            f"{r.peak_compilers} ({r.objects_built}) | {'yes' if r.ok else 'NO'} ({r.expect}) |"
+            f"| {r.stage} | {r.vllm} | {r.name} | {exit_} | {_n(r.verdict_s)} | {_n(r.ready_s)} | "
+            f"{_n(r.ttft_s)} | {r.ended_in} | {r.peak_compilers} ({r.objects_built}) | "
+            f"{'yes' if r.ok else 'NO'} ({r.expect}) |"
         )
     out += ["", "## What the logs said", ""]
     for r in rows:
         out += [
-            f"**{r.stage}, {r.name}** (fingerprints logged: {', '.join(r.fingerprints) or 'none'})",
+            f"**{r.stage}, vLLM {r.vllm}, {r.name}** (fingerprints logged: {', '.join(r.fingerprints) or 'none'})",
             "",
             "```",
         ]
@@ -408,28 +484,57 @@ def _n(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stage", choices=("all", "gdn", "sampler"), default="all")
+    parser.add_argument("--stage", choices=("all", *STAGES), default="sampler")
+    parser.add_argument(
+        "--site",
+        action="append",
+        type=Path,
+        default=[],
+        help="an unpacked payload's site dir, one per vLLM release (repeatable; default $SITE or /tmp/site)",
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
-    args = parser.parse_args()
-    if shutil.which("timeout") is None:
-        print("vllm_engine.py: needs coreutils' timeout", file=sys.stderr)
+    parser.add_argument(
+        "--budget", type=float, default=510.0, help="seconds for the whole run (default 510: under 9 min)"
+    )
+    parser.add_argument(
+        "--sampler-model",
+        choices=tuple(SAMPLER_MODELS),
+        default="qwen3",
+        help="the model of the sampler stages: a dense Qwen3 (default: no FLA kernels to compile cold) or the "
+        "GDN stage's Qwen3-Next",
+    )
+    args = parser.parse_args(argv)
+    args.site = args.site or [Path(os.environ.get("SITE", "/tmp/site"))]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sites = [Site.of(p) for p in args.site]
+    missing = [str(s.path) for s in sites if s.vllm == "?"]
+    if missing:
+        print(
+            f"vllm_engine.py: no vLLM in {', '.join(missing)} (an unpacked payload's site dir)",
+            file=sys.stderr,
+        )
         return 2
     restore_leftovers()
     args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-"))
-    model = work / "qwen3-next-tiny"
-    subprocess.run([sys.executable, str(START), "model", str(model)], check=True)
-    info = machine()
-    stages = ("gdn", "sampler") if args.stage == "all" else (args.stage,)
+    run = Run(
+        Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-")), sites, Budget(args.budget), args.sampler_model
+    )
+    info = machine(sites)
+    info["sampler_model"] = args.sampler_model
+    stages = STAGES if args.stage == "all" else (args.stage,)
     ok = True
     for stage in stages:  # one file per stage, so two calls (one stage each) make one table
         notes: list[str] = []
         started = time.monotonic()
-        rows = (gdn_stage if stage == "gdn" else sampler_stage)(work, model, notes)
+        rows = STAGE_RUNNERS[stage](run, notes)
         notes.append(f"stage {stage}: {time.monotonic() - started:.0f} s")
         ok = ok and all(r.ok for r in rows)
         record = {"machine": info, "notes": notes, "rows": [asdict(r) for r in rows]}
@@ -437,13 +542,14 @@ def main() -> int:
         (KEPT / f"vllm_engine.{stage}.json").write_text(json.dumps(record, indent=2) + "\n")
     table: list[Row] = []
     remarks: list[str] = []
-    for stage in ("gdn", "sampler"):  # this call's stages and an earlier call's, kept while the host is warm
+    for stage in STAGES:  # this call's stages and an earlier call's, kept while the host is warm
         path = KEPT / f"vllm_engine.{stage}.json"
         if path.exists():
             record = json.loads(path.read_text())
             table += [Row(**r) for r in record["rows"]]
             remarks += record["notes"]
             shutil.copy(path, args.out / path.name)
+    remarks.append(f"the whole run: {time.monotonic() - run.budget.started:.0f} s (budget {args.budget:g} s)")
     (args.out / "vllm_engine.md").write_text(render(table, info, remarks) + "\n")
     print(f"wrote {args.out}/vllm_engine.md ({sum(r.ok for r in table)}/{len(table)} as expected)")
     return 0 if ok else 1

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# The real vLLM engine scenarios on the H200 host (benchmarks/vllm_engine.py): stock beside jitguard, with
-# FlashInfer made to fail for real. Needs the vLLM payload of ../shared/gpu-e2e unpacked into /tmp/site
-# (make_payload.sh 0.24.0 .gpu, carried as its README says). ~8 minutes; as root (it hides libcuda's
-# dev link and stub while a scenario runs, and puts them back).
-#   bash benchmarks/vllm_engine.sh [all|gdn|sampler]      results in $OUT/vllm_engine.{json,md}
+# The real vLLM engine scenarios on the H200 host (benchmarks/vllm_engine.py: its header says how to build and
+# carry the payloads): stock beside jitguard, FlashInfer made to fail for real, one or more vLLM releases in one
+# run. As root (it hides libcuda's dev link and stub while a stage runs, and puts them back); within 9 minutes.
+#   bash benchmarks/vllm_engine.sh [sampler|gdn|firstuse|all] [SITE...]     results in $OUT/vllm_engine.{*.json,md}
+#   bash benchmarks/vllm_engine.sh sampler /tmp/v024/site /tmp/v026/site    the doomed sampler, vLLM 0.24.0 and 0.26.0
+#   bash benchmarks/vllm_engine.sh gdn                                       the GDN scenarios, 0.24.0 in /tmp/site
+# SITE: an unpacked payload's site dir (default ${SITE:-/tmp/site}).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD/src:${SITE:-/tmp/site}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export OUT=${OUT:-/tmp/out}
-python3 -c 'import vllm, jitguard' || { echo "vllm_engine.sh: no vLLM payload in ${SITE:-/tmp/site}" >&2; exit 2; }
-python3 benchmarks/vllm_engine.py --stage "${1:-all}" --out "$OUT"
+stage=${1:-sampler}
+shift || true
+sites=("$@")
+[ ${#sites[@]} -gt 0 ] || sites=("${SITE:-/tmp/site}")
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OUT=${OUT:-/tmp/out}
+args=()
+for site in "${sites[@]}"; do
+    [ -f "$site/vllm/__init__.py" ] || { echo "vllm_engine.sh: no vLLM payload in $site" >&2; exit 2; }
+    args+=(--site "$site")
+done
+PYTHONPATH="$PWD/src:${sites[0]}" python3 benchmarks/vllm_engine.py --stage "$stage" "${args[@]}" --out "$OUT"

@@ -1,8 +1,11 @@
 """One real vLLM engine start on a small Qwen3-Next (random weights, no download, no tokenizer), for
 ``benchmarks/vllm_engine.py`` and ``tests/gpu/vllm``:
 
-    python benchmarks/vllm_engine_start.py model DIR                        # write the model's config.json
+    python benchmarks/vllm_engine_start.py model DIR [qwen3-next|qwen3]     # write the model's config.json
     python benchmarks/vllm_engine_start.py serve DIR auto|triton|flashinfer greedy|top
+
+Models: ``qwen3-next`` (default), 4 layers, 3 of them GDN, with MoE; ``qwen3``, 2 dense layers: nothing
+for FlashInfer's GDN or Triton's FLA/MoE kernels to compile, for scenarios about other choices (the sampler).
 
 ``serve`` prints ``BENCH READY <monotonic>`` once the engine is up, ``BENCH TTFT <s>`` for a one-token
 generate and ``BENCH GENERATED <n>`` for an 8-token one; ``top`` samples with top-k/top-p (vLLM's
@@ -16,8 +19,11 @@ import time
 from pathlib import Path
 
 
-def write_model(directory: Path) -> Path:
-    """A 4-layer Qwen3-Next (layers 0-2 GDN, 3 full attention) with the real model's GDN heads (K = V = 128)."""
+def write_model(directory: Path, kind: str = "qwen3-next") -> Path:
+    """A 4-layer Qwen3-Next (layers 0-2 GDN, 3 full attention) with the real model's GDN heads (K = V = 128),
+    or (``kind="qwen3"``) a 2-layer dense Qwen3 of the same width."""
+    if kind == "qwen3":
+        return _write_qwen3(directory)
     from transformers import Qwen3NextConfig
 
     config = Qwen3NextConfig(
@@ -40,6 +46,26 @@ def write_model(directory: Path) -> Path:
         eos_token_id=2,
     )
     config.architectures = ["Qwen3NextForCausalLM"]
+    config.save_pretrained(directory)
+    return directory
+
+
+def _write_qwen3(directory: Path) -> Path:
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        hidden_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=128,
+        intermediate_size=1024,
+        vocab_size=2048,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config.architectures = ["Qwen3ForCausalLM"]
     config.save_pretrained(directory)
     return directory
 
@@ -72,6 +98,6 @@ def serve(model: str, gdn: str, sampling: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "model":
-        write_model(Path(sys.argv[2]))
+        write_model(Path(sys.argv[2]), *sys.argv[3:4])
     else:
         serve(*sys.argv[2:5])

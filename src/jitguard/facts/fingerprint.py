@@ -4,7 +4,9 @@ It covers everything that decides whether a kernel build or load succeeds: packa
 driver, nvcc/c++/ninja (paths and versions), the libstdc++ pair, and the environment variables that change a
 build. It leaves out what varies from run to run without changing the outcome (free memory, free disk,
 timings), so it is stable across runs and changes when any input changes; a cached failure is then never
-retried until something relevant changed.
+retried until something relevant changed. Every process of one environment computes the same key: the
+command line (``jitguard doctor``, ``jitguard build``) and each process of an engine, whatever the libraries
+those processes import did to their search-path variables (``SEARCH_PATHS``).
 
 Toolchain and libstdc++ facts are written by another module and read defensively (``getattr``): a renamed or
 missing attribute weakens the key, it never breaks it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import platform
 import sys
 from typing import Any
@@ -52,6 +55,14 @@ ENV_NAMES = (
     "JITGUARD_JOB_MEMORY",
 )
 ENV_PREFIXES = ("FLASHINFER_",)
+# Colon-separated directory lists that a linker, loader or compiler searches. They enter the key as the
+# directories a search can visit (``search_path``), not as written: libraries rewrite them in the processes
+# that import them, without changing any search. opencv's ``cv2`` (a vLLM dependency, imported by ``from vllm
+# import LLM``) prepends ``<site-packages>/cv2/../../lib64:`` to LD_LIBRARY_PATH, a directory that does not
+# exist plus an empty entry, once in every process that imports it; vLLM's engine-core processes (forked: the
+# rewritten value; spawned: rewritten again) would otherwise each have a key of their own, none of them the
+# one ``jitguard doctor`` and ``jitguard build`` report, and a failure recorded by one never reaches another.
+SEARCH_PATHS = ("LIBRARY_PATH", "LD_LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
 
 
 def describe(**parts: Any) -> dict[str, Any]:
@@ -141,7 +152,33 @@ def _link(link: Any) -> dict[str, bool]:
 def _env(environment: Any) -> dict[str, str]:
     get = getattr(environment, "as_dict", None)
     variables: dict[str, str] = get() if callable(get) else {}
-    return {k: v for k, v in sorted(variables.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    out: dict[str, str] = {}
+    for name, value in sorted(variables.items()):
+        if name not in ENV_NAMES and not name.startswith(ENV_PREFIXES):
+            continue
+        if name in SEARCH_PATHS:
+            value = search_path(value)
+            if not value:
+                continue  # nothing a search can visit: the same as unset
+        out[name] = value
+    return out
+
+
+def search_path(value: str) -> str:
+    """The entries of a directory list that a search can visit, in order, each directory once (the first
+    occurrence wins, so a repeat changes nothing). Left out: directories that do not exist (nothing is found
+    there until one is made, which gives a new key) and empty entries, which name the working directory
+    (FlashInfer builds and links in its own build directory, where no libraries or headers are searched for)."""
+    kept: list[str] = []
+    seen: set[str] = set()
+    for entry in value.split(":"):
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real not in seen:
+            seen.add(real)
+            kept.append(entry)
+    return ":".join(kept)
 
 
 def _str(value: Any) -> str | None:

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,7 @@ H200 = GpuFacts((GpuDevice(0, "NVIDIA H200", 9, 0, 150 * 1024**3, "GPU-1"),), "5
         ),
         ("libstdc++ version", {"libstdcxx": dataclasses.replace(LIBSTDCXX, runtime_max="GLIBCXX_3.4.29")}),
         ("libcuda now links", {"link": Link(True, True, False, "")}),
-        ("LIBRARY_PATH", {"environment": environment.probe({**ENV, "LIBRARY_PATH": "/opt/stubs"})}),
+        ("LIBRARY_PATH", {"environment": environment.probe({**ENV, "LIBRARY_PATH": tempfile.gettempdir()})}),
         ("CXX", {"environment": environment.probe({**ENV, "CXX": "g++-13"})}),
         ("FLASHINFER_*", {"environment": environment.probe({**ENV, "FLASHINFER_EXTRA_LDFLAGS": "-L/x"})}),
         ("arch list", {"environment": environment.probe({**ENV, "FLASHINFER_CUDA_ARCH_LIST": "10.0a"})}),
@@ -161,6 +162,28 @@ H200 = GpuFacts((GpuDevice(0, "NVIDIA H200", 9, 0, 150 * 1024**3, "GPU-1"),), "5
 )
 def test_changes_when_an_input_changes(what: str, changes: dict[str, Any]) -> None:
     assert fingerprint.compute(**parts(**changes)) != fingerprint.compute(**parts()), what
+
+
+def test_a_search_path_counts_by_the_directories_a_search_visits(tmp_path: Path) -> None:
+    """opencv's cv2 (imported by ``from vllm import LLM``) prepends ``<site>/cv2/../../lib64:`` to
+    LD_LIBRARY_PATH in each process that imports it: a directory that does not exist and an empty entry.
+    vLLM's engine core must key the failure cache as ``jitguard doctor`` does."""
+
+    def key(**variables: str) -> str:
+        return fingerprint.compute(**parts(environment=environment.probe({**ENV, **variables})))
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    rewritten = f"{tmp_path}/site/cv2/../../lib64:"
+    assert key(LD_LIBRARY_PATH=rewritten) == key()
+    assert key(LD_LIBRARY_PATH=rewritten + rewritten) == key()  # a spawned process imports it again
+    assert key(LD_LIBRARY_PATH=rewritten + str(lib)) == key(LD_LIBRARY_PATH=f"{lib}:{lib}:")
+    assert key(LD_LIBRARY_PATH=str(lib)) == key(LD_LIBRARY_PATH=rewritten + str(lib))
+    assert key(LD_LIBRARY_PATH=str(lib)) != key()  # a directory that is searched counts
+    assert key(CPATH=str(lib)) != key(LIBRARY_PATH=str(lib))  # and where it is searched
+    (tmp_path / "site" / "cv2").mkdir(parents=True)
+    (tmp_path / "lib64").mkdir()  # made later: now it is searched, a new key
+    assert key(LD_LIBRARY_PATH=rewritten) != key()
 
 
 def test_describe_lists_the_inputs() -> None:

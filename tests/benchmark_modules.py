@@ -1,0 +1,23 @@
+"""The benchmark scripts' modules the tests use too (``benchmarks/`` is scripts, not a package): loaded by
+path, once."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as module ``name`` (registered, so its dataclasses find their module)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
