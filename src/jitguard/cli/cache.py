@@ -1,4 +1,5 @@
-"""`jitguard cache list|clear`: what jitguard remembers (build outcomes, memory per job); forgetting it.
+"""`jitguard cache list|clear`: what jitguard remembers (build outcomes, memory per job, the CuTeDSL kernels it
+keeps: ``state.kernel_cache``); forgetting it.
 
 The failure cache makes a doomed build cost nothing at the next start; `clear` is how a user says "try again
 anyway" (normally unnecessary: fixing the cause changes the environment fingerprint by itself). A cache dir
@@ -30,7 +31,8 @@ def configure(subparsers: Any) -> None:
         help="list or clear jitguard's cached build outcomes",
         description=(
             "jitguard remembers the outcome of each JIT module build per environment fingerprint (so a "
-            "doomed build is not retried until something changes) and the memory one compile job needed. "
+            "doomed build is not retried until something changes), the memory one compile job needed, and the "
+            "CuTeDSL kernels it compiled once for every later process (clear without --module forgets them). "
             "The directory is JITGUARD_CACHE_DIR (default: ~/.cache/jitguard); JITGUARD_FAILURE_TTL sets how "
             "long an outcome counts (default 168h)."
         ),
@@ -61,13 +63,15 @@ def execute(args: argparse.Namespace) -> int:
     from jitguard.config import default_cache_dir
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
     from jitguard.state.job_memory import JobMemoryStore
+    from jitguard.state.kernel_cache import KernelCache
 
     cache_dir = default_cache_dir()
     failures = FailureCache(cache_dir, ttl=ttl_from_env())
     memory = JobMemoryStore(cache_dir)
+    kernels = KernelCache(cache_dir)
     if args.cache_action == "list":
-        return _list(args, failures, memory)
-    return _clear(args, failures, memory)
+        return _list(args, failures, memory, kernels)
+    return _clear(args, failures, memory, kernels)
 
 
 def _selection(args: argparse.Namespace) -> Selection | None:
@@ -76,7 +80,7 @@ def _selection(args: argparse.Namespace) -> Selection | None:
     return select(args.module) if args.module else None
 
 
-def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
+def _list(args: argparse.Namespace, failures: Any, memory: Any, kernels: Any) -> int:
     from jitguard.config import format_bytes
 
     _say_if_untrusted(failures.cache_dir)
@@ -88,6 +92,7 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
         if selection is None or selection.holds(r.module)
     ]
     learned = [m for m in memory.all() if selection is None or selection.holds(m.module)]
+    kept = kernels.entries() if selection is None else []  # kernels belong to no module
     here = _this_fingerprint() if records else None
     if args.json:
         from jitguard.cli.envelope import dumps
@@ -110,6 +115,16 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
             "job_memory": [
                 {"module": m.module, "estimate_bytes": m.estimate, "observations": list(m.observations)}
                 for m in learned
+            ],
+            "kernels": [
+                {
+                    "name": k["name"],
+                    "digest": k["key"],
+                    "format": k["format"],
+                    "bytes": k["size"],
+                    "age_s": round(max(0.0, now - float(k["created"])), 1),
+                }
+                for k in kept
             ],
         }
         print(dumps("cache", payload))
@@ -153,12 +168,17 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any) -> int:
             out.print(
                 f"  {escape(m.module)}: {format_bytes(m.estimate)} ({len(m.observations)} observed builds)"
             )
+    if kept:
+        out.print(f"CuTeDSL kernels kept for later processes ({escape(str(kernels.root))}):")
+        for k in kept:
+            age = format_duration(max(0.0, now - float(k["created"])))
+            out.print(f"  {escape(k['name'])}: {format_bytes(k['size'])}, compiled {age} ago")
     if selection is not None and selection.note():
         out.print(escape(f"({selection.note()}.)"))
     return EXIT_OK
 
 
-def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
+def _clear(args: argparse.Namespace, failures: Any, memory: Any, kernels: Any) -> int:
     selection = _selection(args)
     what = f"module {args.module}" if args.module else "every module"
     if not args.yes:
@@ -167,15 +187,20 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
                 f"jitguard cache clear would forget the cached outcomes of {what} in {failures.cache_dir}; "
                 "pass --yes to confirm (no terminal to ask on)"
             )
-        sys.stderr.write(f"Forget the cached build outcomes of {what} in {failures.cache_dir}? [y/N] ")
+        extra = " and the kept CuTeDSL kernels" if selection is None else ""
+        sys.stderr.write(f"Forget the cached build outcomes of {what}{extra} in {failures.cache_dir}? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             sys.stderr.write("Nothing removed.\n")
             return EXIT_OK
     by_module: dict[str, int] | None = None
     learned: list[str] | None = None
+    kernel_files = 0
     if selection is None:
         outcomes, learned_count = failures.clear(), memory.clear()
+        kernel_files, stayed = kernels.clear()
+        for path, why in stayed:
+            sys.stderr.write(f"jitguard: could not remove {path}: {why}\n")
     else:
         by_module = failures.forget(selection.names, prefixes=selection.prefixes)
         learned = [m.module for m in memory.all() if selection.holds(m.module)]
@@ -191,12 +216,13 @@ def _clear(args: argparse.Namespace, failures: Any, memory: Any) -> int:
             "removed_job_memory": learned_count,
             "removed_by_module": by_module,
             "removed_job_memory_modules": learned,
+            "removed_kernel_files": kernel_files,
         }
         print(dumps("cache", payload))
         return EXIT_OK
     head = f"Removed {outcomes} cached outcome(s) and {learned_count} learned memory record(s) for {what}"
     if selection is None:
-        print(head + ".")
+        print(head + f", and {kernel_files} kept CuTeDSL kernel file(s).")
     else:
         print(_matched_text(head, selection, by_module or {}, learned or []))
     return EXIT_OK

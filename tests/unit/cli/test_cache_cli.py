@@ -167,3 +167,29 @@ def test_list_marks_the_records_made_in_this_environment(
     assert main(["cache", "list"]) == 0
     out = capsys.readouterr().out
     assert f"this environment's is {here}" in out and "here: yes" in out
+
+
+def test_list_and_clear_the_kept_cutedsl_kernels(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+    from envelope_schemas import assert_valid as validate
+
+    from jitguard.state.kernel_cache import KernelCache, KernelKey
+
+    kernels = KernelCache(cache.cache_dir)
+    key = KernelKey("_FullyFusedDeltaRuleSm90(BFloat16, alpha, beta)", {"kernel": "k", "arch": "sm_90a"})
+    assert kernels.put(key, b"\x7fELF" + b"\0" * 4096, format="cute-object")
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "CuTeDSL kernels kept for later processes" in out and "_FullyFusedDeltaRuleSm90(BFloat16" in out
+    assert main(["cache", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    validate(listed)
+    assert [(k["name"], k["digest"], k["bytes"]) for k in listed["kernels"]] == [(key.name, key.digest, 4100)]
+    assert main(["cache", "list", "--module", "sampling", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kernels"] == []  # kernels belong to no module
+    assert main(["cache", "clear", "--module", "sampling", "--yes"]) == 0
+    capsys.readouterr()
+    assert kernels.get(key).entry is not None  # --module leaves them alone
+    assert main(["cache", "clear", "--yes", "--json"]) == 0
+    cleared = json.loads(capsys.readouterr().out)
+    validate(cleared)
+    assert cleared["removed_kernel_files"] == 2 and kernels.entries() == []
