@@ -169,9 +169,10 @@ def test_list_marks_the_records_made_in_this_environment(
     assert f"this environment's is {here}" in out and "here: yes" in out
 
 
-def test_list_and_clear_the_kept_cutedsl_kernels(cache: FailureCache, capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_and_clear_the_kept_cutedsl_kernels(
+    cache: FailureCache, capsys: pytest.CaptureFixture[str]
+) -> None:
     from envelope_schemas import assert_valid as validate
-
     from jitguard.state.kernel_cache import KernelCache, KernelKey
 
     kernels = KernelCache(cache.cache_dir)
