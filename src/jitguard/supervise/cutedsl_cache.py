@@ -18,7 +18,8 @@ that dict:
 3. else takes a per-kernel lock (other ranks wait, visibly, then load), compiles with FlashInfer's own
    ``cached_compile`` (logged when it takes over a second: what, and for how long), exports the object with
    the DSL (``dump_to_object``, or ``export_to_c`` for a TVM-FFI kernel), checks that it loads back, and
-   publishes it; the in-process kernel serves this process.
+   publishes it (not when the DSL's files differ from its wheels: ``dsl_damage``); the in-process kernel
+   serves this process.
 
 Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
 object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
@@ -293,8 +294,28 @@ def _load(cache: KernelCache, key: KernelKey) -> Any:
     return loaded
 
 
+def dsl_damage() -> str:
+    """Why kernels compiled here must not be kept ('' when they may): the nvidia-cutlass-dsl files differ from
+    their wheels' RECORD (``facts.dsl_install``), so a kernel compiled now may not be what the key says, and
+    would outlive the repair (the key holds the RECORDs, not the files)."""
+    from jitguard.facts import dsl_install
+    from jitguard.findings.checks_dsl import damage
+
+    damaged = [f"{d.name} ({len(bad)} files)" for d in dsl_install.probe().dists if (bad := damage(d))]
+    return ", ".join(damaged)
+
+
 def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> None:
     try:
+        damaged = dsl_damage()
+        if damaged:
+            _warn_once(
+                "damaged",
+                "jitguard: not keeping CuTeDSL kernels compiled here: the nvidia-cutlass-dsl install differs "
+                "from its wheels (%s; `jitguard doctor` says how to repair it)",
+                damaged,
+            )
+            return
         blob, format = export_object(compiled, key.symbol)
         load_object(
             KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)

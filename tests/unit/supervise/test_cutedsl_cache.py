@@ -81,6 +81,7 @@ def dsl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.delenv("JITGUARD_CUTEDSL_CACHE", raising=False)
     monkeypatch.setattr(cutedsl_cache, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
     monkeypatch.setattr(cutedsl_cache, "load_object", lambda entry: Loaded(entry.blob))
+    monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "")
     cutedsl_cache._warned.clear()
     return tmp_path / "cache"
 
@@ -244,6 +245,7 @@ RANK_SCRIPT = textwrap.dedent(
 
     cutedsl_cache.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
     cutedsl_cache.load_object = lambda entry: Loaded(entry.blob)
+    cutedsl_cache.dsl_damage = lambda: ""
     compiles = []
     module = flashinfer_like(compiles)
     original = module.cached_compile
@@ -279,3 +281,20 @@ def test_ranks_starting_together_compile_once(tmp_path: Path) -> None:
     assert "compiling the CuTeDSL kernel Kernel(bf16, alpha)" in waits  # the slow compile was said
     assert "waiting" in waits.lower()  # and so was the wait for it
     assert len(KernelCache(tmp_path / "cache").entries()) == 1
+
+
+def test_nothing_is_kept_while_the_dsl_install_is_damaged(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "nvidia-cutlass-dsl-libs-cu13 (1 files)")
+    compiles: list[bytes] = []
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        cutedsl_cache.route(module := flashinfer_like(compiles))
+        assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
+    assert "not keeping CuTeDSL kernels" in caplog.text and "libs-cu13" in caplog.text
+    assert KernelCache(dsl).entries() == []
+
+
+def test_dsl_damage_reads_the_real_installed_dsl() -> None:
+    """With the DSL this machine has (intact), nothing stops a publish; without one, nothing either."""
+    assert cutedsl_cache.dsl_damage() == ""
