@@ -4,7 +4,8 @@ Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL s
 - nvcc era, 0.6.3 - 0.6.13: the first call JIT-compiles the ``gdn_prefill_sm90`` module with nvcc (34 TUs
   at 0.6.3 - 0.6.7, 66 from 0.6.8) unless a prebuilt cache or flashinfer-jit-cache has it; SM90 only.
 - CuTeDSL era, >= 0.6.14: kernels compiled in-process by nvidia-cutlass-dsl on the first call of each
-  specialisation (every process, every restart); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
+  specialisation (FlashInfer alone: every process, every restart; ``load()`` routes its compile through
+  ``supervise.cutedsl_cache``, so once per host); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
   fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
 
 Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
