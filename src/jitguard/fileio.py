@@ -154,17 +154,8 @@ def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
     at ``path`` is replaced, not followed. Missing directories are created 0700 (every one from ``root`` down
     checked, as for reading). Raises OSError (``UntrustedPath`` for a directory jitguard does not trust)."""
     path = Path(path)
-    with _parent_fd(path, root, create=True) as dir_fd:
-        temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
+    with _parent_fd(path, root, create=True) as dir_fd, _private_temp(dir_fd, path.name, data) as temp:
+        os.replace(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def write_new(path: Path, data: bytes, *, root: Path | None = None) -> bool:
@@ -172,20 +163,27 @@ def write_new(path: Path, data: bytes, *, root: Path | None = None) -> bool:
     was): written in full to a private temporary file first and linked into place, so readers see all of it or
     nothing, and of two concurrent writers exactly one wins. Raises OSError as ``write_atomic`` does."""
     path = Path(path)
-    with _parent_fd(path, root, create=True) as dir_fd:
-        temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+    with _parent_fd(path, root, create=True) as dir_fd, _private_temp(dir_fd, path.name, data) as temp:
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            try:
-                os.link(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
+            os.link(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _private_temp(dir_fd: int, name: str, data: bytes) -> Iterator[str]:
+    """A new private (0600) file beside ``name`` holding ``data``, gone after the block unless it was renamed
+    into place (a replace moves it; a link leaves a second name, which this removes)."""
+    temp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        yield temp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
 
 
 def write_json(path: Path, data: dict[str, Any], *, root: Path | None = None) -> None:
