@@ -295,6 +295,21 @@ def test_nothing_is_kept_while_the_dsl_install_is_damaged(
     assert KernelCache(dsl).entries() == []
 
 
-def test_dsl_damage_reads_the_real_installed_dsl() -> None:
-    """With the DSL this machine has (intact), nothing stops a publish; without one, nothing either."""
+def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real installed DSL here is intact: nothing stops a publish. A check that finds a file the DSL
+    imports missing (what facts.dsl_install reports for a half-overwritten install) does."""
+    from jitguard.facts import dsl_install
+
     assert cutedsl_cache.dsl_damage() == ""
+    broken = dsl_install.DistCheck(
+        name="nvidia-cutlass-dsl-libs-cu13",
+        version="4.6.0",
+        location="/site",
+        files_checked=14,
+        missing=("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so",),
+        differ=(),
+        unreadable=(),
+        shares_paths_with=(),
+    )
+    monkeypatch.setattr(dsl_install, "probe", lambda: dsl_install.DslInstallFacts((broken,), 0, 0.0))
+    assert cutedsl_cache.dsl_damage() == "nvidia-cutlass-dsl-libs-cu13 (1 files)"
