@@ -104,10 +104,15 @@ def test_waiting_for_a_slot_another_build_holds_is_not_a_stall(tmp_path: Path, c
 
 
 KILL_NINJA = """\
-import os, sys, psutil
-out, marker = sys.argv[1], sys.argv[2]
+import os, sys, time, psutil
+out, marker, started = sys.argv[1], sys.argv[2], sys.argv[3]
 if not os.path.exists(marker):  # the first time only: SIGKILL ninja while the other job still compiles
     open(marker, "w").close()
+    # Only once the slow job runs (its pid is written): killed sooner, its command may never have started, and
+    # the retry's slow job, finding no pid file, would be "the first" and sleep its minute.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (os.path.exists(started) and open(started).read().strip()):
+        time.sleep(0.01)
     ninja = next(p for p in psutil.Process().parents() if p.name() == "ninja")
     ninja.kill()
 open(out, "w").close()
@@ -133,7 +138,7 @@ def test_ninja_killed_mid_build_ends_the_attempt_at_once_and_leaves_no_orphan_jo
     (root / "kill_ninja.py").write_text(KILL_NINJA)
     (root / "slow_first.py").write_text(SLOW_FIRST)
     (root / "build.ninja").write_text(
-        f"rule killer\n  command = {sys.executable} kill_ninja.py $out {root / 'killed.marker'}\n"
+        f"rule killer\n  command = {sys.executable} kill_ninja.py $out {root / 'killed.marker'} {root / 'slow.pids'}\n"
         f"rule slow\n  command = {sys.executable} slow_first.py $out {root / 'slow.pids'}\n"
         "build slow.o: slow\nbuild killer.o: killer\ndefault slow.o killer.o\n"
     )
