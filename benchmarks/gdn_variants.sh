@@ -12,8 +12,10 @@
 #
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.6 full          # ~5 min: cold full module + reference outputs
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.6 subset lazy   # ~7 min: --plan, cold subset, numerics, guard, lazy
-#   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 full         # ~9 min (66 files)
+#   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 full         # 66 files: stops at its 520 s timeout (48 done)
+#   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 resume       # the next call, warm: the rest (~4 min) + reference
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 subset       # ~4 min
+# (`resume` goes on with the workspace the timed-out `full` left; the table adds the two calls up.)
 set -uo pipefail
 version=${1:?flashinfer version, e.g. 0.6.6}
 shift
@@ -29,6 +31,8 @@ export PYTHONPATH="$PWD/src:$SITE" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gdn_variants_gpu.txt" 2>&1
 rc=0
 for stage in "$@"; do
-  python3 benchmarks/gdn_variants.py "$stage" --flashinfer "$version" --root "$ROOT" --out "$OUT" 2>&1 | tail -40 || rc=1
+  extra=()
+  if [ "$stage" = resume ]; then stage=full; extra=(--resume); fi
+  python3 benchmarks/gdn_variants.py "$stage" "${extra[@]}" --flashinfer "$version" --root "$ROOT" --out "$OUT" 2>&1 | tail -40 || rc=1
 done
 exit $rc
