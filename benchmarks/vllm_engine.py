@@ -22,7 +22,8 @@ jitguard verdict, or stock's error), seconds until the engine was ready, time to
 when it ended (the stage of an engine start), the lines that matter from the log, the most compilers alive at
 once and the objects built, and the fingerprint jitguard logged. The whole run keeps within ``--budget``
 seconds (default 510): a row whose limit no longer fits gets what is left, one with under a minute left is
-not started (a note says so). Results: ``$OUT/vllm_engine.<stage>.json`` and ``$OUT/vllm_engine.md``; each
+not started (a note says so). Results: ``$OUT/vllm_engine.<stage>.json``, ``$OUT/vllm_engine.md`` and each
+engine's output in ``$OUT/logs/``; each
 stage's rows are also kept in /tmp/jitguard-vllm-engine-results, so two calls (the host still warm) give one
 table with both.
 
@@ -72,6 +73,7 @@ HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
 START = Path(__file__).with_name("vllm_engine_start.py")  # one engine start, and the model it serves
 SRC = Path(__file__).resolve().parents[1] / "src"  # this tree's jitguard, first on every engine's path
+LOGS: list[Path] = []  # where each engine's whole output goes (set by main: <out>/logs)
 KEPT = Path("/tmp/jitguard-vllm-engine-results")  # each stage's rows, across calls while the host stays warm
 STAGES = ("gdn", "sampler", "firstuse")
 SAMPLER_MODELS = {
@@ -136,6 +138,7 @@ class Row:
     fingerprints: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     ok: bool = False
+    log: str = ""  # the engine's whole output, under --out (logs/)
 
 
 class Budget:
@@ -168,6 +171,11 @@ def run_engine(
         ]
         if KEEP.search(line) and len(row.lines) < 12:
             row.lines.append(f"[{seconds:6.1f} s] {line[:400]}")
+    if LOGS:
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{row.stage} {row.vllm} {row.name}").strip("-")
+        log = LOGS[0] / f"{slug}.log"
+        log.write_text(done.tail(min(len(done.lines), 4000)) + "\n")  # the last 4000 lines
+        row.log = f"logs/{log.name}"
     row.exit = "limit" if done.timed_out else str(done.status)
     row.ready_s, row.ttft_s, row.generated = done.ready_s, done.ttft_s, done.generated
     row.ended_in = f"{done.stage} (from {done.stage_s:g} s)"
@@ -524,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     restore_leftovers()
     args.out.mkdir(parents=True, exist_ok=True)
+    LOGS.append(args.out / "logs")  # the whole output of every engine, to read what the table only sums up
+    LOGS[0].mkdir(exist_ok=True)
     run = Run(
         Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-")), sites, Budget(args.budget), args.sampler_model
     )

@@ -3,7 +3,10 @@ engine-core process, and the engine they leave serves.
 
 Needs vLLM on the GPU host (carried in with ../shared/gpu-e2e: vLLM 0.22-0.26 pin the host's torch 2.11;
 ``make_payload.sh 0.24.0 .gpu``, unpacked into /tmp/site), then one device call (~6 minutes; 10 at most):
-    PYTHONPATH=$PWD/src:/tmp/site python3 -m pytest -m gpu tests/gpu/vllm -v -s -p no:cacheprovider
+    JITGUARD_ENGINE_LOGS=$OUT/logs PYTHONPATH=$PWD/src:/tmp/site \
+        python3 -m pytest -m gpu tests/gpu/vllm -v -s -p no:cacheprovider > $OUT/gpu_vllm_test.txt 2>&1
+(no outer ``timeout`` shorter than the module's budget below: pytest's failure report comes at the end;
+``JITGUARD_ENGINE_LOGS``: a directory for each engine's whole output, kept whatever the outcome).
 A small Qwen3-Next (random weights: ``load_format="dummy"``, no download, no tokenizer) serves from token ids.
 
 FlashInfer is made to fail for real, and fast: ``FLASHINFER_EXTRA_CUDAFLAGS`` carries a flag nvcc rejects, so
@@ -102,10 +105,20 @@ def limit() -> float:
     return min(LIMIT_S, left)
 
 
+def keep(done: Any, what: str) -> None:
+    """The whole output of one run, into ``JITGUARD_ENGINE_LOGS`` when set (read it after a failure)."""
+    logs = os.environ.get("JITGUARD_ENGINE_LOGS")
+    if logs:
+        Path(logs).mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9]+", "-", what).strip("-")
+        (Path(logs) / f"{len(list(Path(logs).iterdir())):02d}-{name}.log").write_text(done.tail(4000) + "\n")
+
+
 def serve(model: Path, env: dict[str, str], what: str, gdn: str = "auto", sampling: str = "greedy") -> Any:
     """One engine start (``session.EngineRun``), bounded; past its limit the test fails saying where it hung."""
     argv = [sys.executable, str(START), "serve", str(model), gdn, sampling]
     done = session.run(argv, env, limit_s=limit())
+    keep(done, what)
     if done.timed_out:
         pytest.fail(f"{what}: {done.hang()}", pytrace=False)
     return done
@@ -139,6 +152,7 @@ def prebuild(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> dict[
     env = broken_env(tmp_path_factory.mktemp("prebuild-broken"), VLLM_USE_FLASHINFER_SAMPLER="0")
     argv = [sys.executable, "-m", "jitguard", "build", "flashinfer-gdn", "--model", str(model_dir)]
     cli = session.run(argv, env, limit_s=limit(), stages=(("jitguard build flashinfer-gdn", None),))
+    keep(cli, "the prebuild")
     if cli.timed_out:
         pytest.fail(f"the prebuild: {cli.hang()}", pytrace=False)
     records = recorded(env, "gdn_prefill")

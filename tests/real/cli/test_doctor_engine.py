@@ -111,7 +111,7 @@ def test_the_text_report_says_what_vllm_does_with_each_choice(tmp_path: Path) ->
         assert f"{c.title}: cannot work here" in text
     assert "vLLM uses the PyTorch-native sampler" in text
     assert "when you name it (VLLM_USE_FLASHINFER_SAMPLER=1; set here: VLLM_USE_FLASHINFER_SAMPLER=1)" in text
-    assert "TopKTopPSampler.__init__" in text
+    assert "topk_topp_sampler: flashinfer_sampler_supported" in text  # the newest layout: both runners ask it
 
 
 def test_doctor_engine_sglang_lists_each_phase_with_its_verdict_in_text_and_json(tmp_path: Path) -> None:

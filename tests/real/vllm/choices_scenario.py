@@ -9,8 +9,9 @@ Usage: ``python choices_scenario.py SPEC_JSON``; prints vLLM's and jitguard's lo
   build); the rest of the facts come from this machine's real probes under the caller's environment.
 - ``failures``: FlashInfer module names (e.g. ``["sampling"]``) recorded as failed in jitguard's real failure
   cache under this environment's fingerprint, the way the build hook records a failed build.
-- ``sampler``: modes to build vLLM's real ``TopKTopPSampler`` in: ``default`` (VLLM_USE_FLASHINFER_SAMPLER
-  unset), ``named`` (=1), ``off`` (=0).
+- ``sampler``: modes to build vLLM's real ``TopKTopPSampler`` in, and to ask the V2 model runner's sampler
+  module (0.23+) whether it uses FlashInfer: ``default`` (VLLM_USE_FLASHINFER_SAMPLER unset), ``named`` (=1),
+  ``off`` (=0). Also jitguard's first-use fallback run on this release's own sampling functions.
 - ``attention``: ``[selected, kv_cache_dtype]`` pairs for vLLM's real ``get_attn_backend_cls`` on a
   Blackwell (SM100) platform, where FlashInfer is first in vLLM's priority list; selected ``auto`` or a name.
 - ``gates``: modes for the has_flashinfer predicates: ``default``, or ``moe-named`` (a current vLLM config
@@ -36,6 +37,8 @@ from typing import Any, ClassVar
 import scenario  # tests/real/vllm/scenario.py: the GPU stand-in and the facts with a CUDA torch
 
 ATTENTION_MODULE = "vllm.v1.attention.backends.flashinfer"
+V2_SAMPLER = "vllm.v1.worker.gpu.sample.sampler"  # the V2 model runner's sampler (0.23+)
+V2_NAMES = ("flashinfer_sampler_supported", "flashinfer_sample")
 COMPILED = ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm.cumem_allocator")
 
 
@@ -94,6 +97,13 @@ def error_of(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def sampler_variable(mode: str) -> None:
+    """VLLM_USE_FLASHINFER_SAMPLER for ``mode``: unset (default), 1 (named), 0 (off)."""
+    os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+    if mode != "default":
+        os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "1" if mode == "named" else "0"
+
+
 def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
     import torch
 
@@ -102,9 +112,7 @@ def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
     torch.accelerator.current_device_index = lambda: 0  # the GPU stand-in (0.33 asks for its SM count)
     runs = []
     for mode in modes:
-        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
-        if mode != "default":
-            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "1" if mode == "named" else "0"
+        sampler_variable(mode)
         run: dict[str, Any] = {"mode": mode, "forward": None, "error": None}
         try:
             forward = sampler.TopKTopPSampler().forward
@@ -114,6 +122,53 @@ def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
         runs.append(run)
     os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
     return runs
+
+
+def run_sampler_v2(modes: list[str]) -> dict[str, Any]:
+    """The V2 model runner's sampler module (0.23+): its ``flashinfer_sampler_supported``, imported by name
+    from topk_topp_sampler, asked in each mode (what ``Sampler.__init__`` keeps as ``use_flashinfer``)."""
+    try:
+        v2 = importlib.import_module(V2_SAMPLER)
+    except ImportError as exc:
+        return {"present": False, "why": str(exc)}
+    if not all(hasattr(v2, n) for n in V2_NAMES):
+        return {"present": False, "why": f"{V2_SAMPLER} does not use FlashInfer's sampler in this release"}
+    runs = []
+    for mode in modes:
+        sampler_variable(mode)
+        run: dict[str, Any] = {"mode": mode, "use_flashinfer": None, "error": None}
+        try:
+            run["use_flashinfer"] = v2.flashinfer_sampler_supported()
+        except Exception as exc:
+            run["error"] = error_of(exc)
+        runs.append(run)
+    os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+    return {
+        "present": True,
+        "runs": runs,
+        "guarded": {n: hasattr(getattr(v2, n), "__jitguard_original__") for n in V2_NAMES},
+    }
+
+
+def run_native_sample() -> dict[str, Any]:
+    """jitguard's first-use fallback with this release's own functions (apply_top_k_top_p, random_sample):
+    one token per row, each among its row's top k."""
+    import torch
+
+    from jitguard.integrations.vllm.sampler import native_sample
+
+    module = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
+    torch.manual_seed(0)
+    logits = torch.randn(4, 64)
+    before = logits.clone()
+    k = torch.tensor([3, 3, 3, 3])
+    tokens = native_sample(module, logits, k, torch.tensor([0.9] * 4), {})
+    top = logits.topk(3, dim=-1).indices
+    return {
+        "shape": list(tokens.shape),
+        "in_top_k": all(int(t) in top[i].tolist() for i, t in enumerate(tokens)),
+        "logits_untouched": bool(torch.equal(logits, before)),
+    }
 
 
 def run_attention(requests: list[list[str]]) -> list[dict[str, Any]]:
@@ -204,6 +259,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("failures"):
         record_failures(spec["failures"], spec.get("torch_build"))
     result["sampler"] = run_sampler(spec.get("sampler", []))
+    result["sampler_v2"] = run_sampler_v2(spec.get("sampler", []))
+    result["native_sample"] = run_native_sample()
     result["attention"] = run_attention(spec.get("attention", []))
     result["gates"] = run_gates(spec.get("gates", []))
     backend = sys.modules[ATTENTION_MODULE].FlashInferBackend

@@ -34,6 +34,14 @@ def sampler_run(result: dict[str, Any], mode: str) -> dict[str, Any]:
     return next(r for r in result["sampler"] if r["mode"] == mode)
 
 
+def v2_run(result: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The V2 model runner's sampler module asked in ``mode`` (0.23+; the default runner for Qwen3, Llama
+    and Mistral in 0.24)."""
+    v2 = result["sampler_v2"]
+    assert v2["present"], v2
+    return next(r for r in v2["runs"] if r["mode"] == mode)
+
+
 def attention_run(result: dict[str, Any], selected: str, kv: str) -> dict[str, Any]:
     return next(r for r in result["attention"] if r["selected"] == selected and r["kv_cache_dtype"] == kv)
 
@@ -100,6 +108,34 @@ def test_the_sampler_falls_back_to_pytorch_with_one_warning(
         assert "PyTorch-native sampler" in warned[0]
 
 
+def test_the_v2_runners_sampler_takes_vllms_own_sampling_too(
+    doomed: tuple[dict[str, Any], str], stock: tuple[dict[str, Any], str], release: Any
+) -> None:
+    # Found on the H200 with vLLM 0.24: a dense Qwen3 runs on the V2 model runner, whose Sampler asks
+    # flashinfer_sampler_supported() itself and never builds a TopKTopPSampler; guarding __init__ alone let
+    # the doomed sampling build run and take the engine down.
+    if minor(release) < 23:
+        assert not doomed[0]["sampler_v2"]["present"]
+        return
+    result, output = doomed
+    assert all(result["sampler_v2"]["guarded"].values()), result["sampler_v2"]
+    assert v2_run(stock[0], "default")["use_flashinfer"] is True  # stock: FlashInfer, doomed
+    assert v2_run(result, "default")["use_flashinfer"] is False
+    assert v2_run(result, "off")["use_flashinfer"] is False
+    error = v2_run(result, "named")["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"], error
+    assert error["codes"] == ["link-missing-libcuda"] and "VLLM_USE_FLASHINFER_SAMPLER=1" in error["message"]
+    # one warning in the process, whichever runner asked first
+    assert len(lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")) == 1
+
+
+def test_the_first_use_fallback_samples_with_this_releases_own_functions(
+    doomed: tuple[dict[str, Any], str],
+) -> None:
+    native = doomed[0]["native_sample"]
+    assert native == {"shape": [4], "in_top_k": True, "logits_untouched": True}
+
+
 def test_a_named_sampler_stops_at_init(doomed: tuple[dict[str, Any], str]) -> None:
     error = sampler_run(doomed[0], "named")["error"]
     assert error is not None and "BackendUnavailable" in error["bases"]
@@ -146,6 +182,7 @@ def test_workable_flashinfer_keeps_every_choice_silently(
     result, output = workable
     assert all(s["usable"] for s in result["statuses"].values()), result["statuses"]
     assert result["sampler"] == stock[0]["sampler"]
+    assert result["sampler_v2"].get("runs") == stock[0]["sampler_v2"].get("runs")
     assert result["attention"] == stock[0]["attention"]
     assert gates_run(result, "default") == gates_run(stock[0], "default")
     assert lines(output, "cannot work here") == []

@@ -18,18 +18,73 @@ from stand_in_vllm import write_vllm
 
 SAMPLER_PATH = "vllm/v1/sample/ops/topk_topp_sampler.py"
 SAMPLER_SOURCE = """
+CALLS = []  # every call that reached FlashInfer's sampler
+
+
+def flashinfer_sampler_supported():
+    return CHOOSE_FLASHINFER
+
+
+def flashinfer_sample(logits, k, p, generators={}):
+    CALLS.append(logits)
+    return "flashinfer"
+
+
+def apply_top_k_top_p(logits, k, p):
+    return logits
+
+
+def random_sample(probs, generators):
+    return probs.argmax(dim=-1)
+
+
 class TopKTopPSampler:
     def __init__(self):
-        self.forward = self.forward_cuda if CHOOSE_FLASHINFER else self.forward_native
+        self.forward = self.forward_cuda if flashinfer_sampler_supported() else self.forward_native
 
-    def forward_cuda(self):
-        return "flashinfer"
+    def forward_cuda(self, logits=None):
+        return flashinfer_sample(logits, None, None)
 
-    def forward_native(self):
+    def forward_native(self, logits=None):
         return "pytorch"
 
 CHOOSE_FLASHINFER = True
 """
+# vLLM 0.17 - 0.22: the choice inline in __init__, no predicate.
+INLINE_SAMPLER_SOURCE = SAMPLER_SOURCE.replace(
+    "if flashinfer_sampler_supported() else", "if CHOOSE_FLASHINFER else"
+).replace("def flashinfer_sampler_supported():\n    return CHOOSE_FLASHINFER\n", "")
+# A failing first use: FlashInfer's sampling build fails in jitguard's build hook.
+FAILING_SAMPLE = """
+def flashinfer_sample(logits, k, p, generators={}):
+    from jitguard.errors import BuildFailed
+    from jitguard.findings.catalog import make
+    CALLS.append(logits)
+    raise BuildFailed('sampling', [make('build-failed', backend='flashinfer')], None)
+"""
+# The V2 model runner's sampler (0.23+): both names imported from topk_topp_sampler, no TopKTopPSampler.
+V2_PATH = "vllm/v1/worker/gpu/sample/sampler.py"
+V2_SOURCE = """
+from vllm.v1.sample.ops.topk_topp_sampler import flashinfer_sample, flashinfer_sampler_supported
+
+
+class Sampler:
+    def __init__(self):
+        self.use_flashinfer = flashinfer_sampler_supported()
+
+    def sample(self, logits):
+        if self.use_flashinfer:
+            return flashinfer_sample(logits, None, None)
+        return "native"
+"""
+
+
+def failing(source: str) -> str:
+    start = source.index("def flashinfer_sample(")
+    end = source.index("def apply_top_k_top_p(")
+    return source[:start] + FAILING_SAMPLE.lstrip() + "\n\n" + source[end:]
+
+
 ATTENTION_PATH = "vllm/v1/attention/backends/flashinfer.py"
 ATTENTION_SOURCE = """
 class AttentionBackend:
@@ -187,19 +242,73 @@ def test_a_sampler_build_that_fails_on_first_use_switches_to_pytorch_once(
     stand_in: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    failing = SAMPLER_SOURCE.replace(
-        '    def forward_cuda(self):\n        return "flashinfer"',
-        "    def forward_cuda(self):\n"
-        "        from jitguard.errors import BuildFailed\n"
-        "        from jitguard.findings.catalog import make\n"
-        "        raise BuildFailed('sampling', [make('build-failed', backend='flashinfer')], None)",
-    )
-    write_vllm(stand_in, {SAMPLER_PATH: failing})
+    import torch
+
+    write_vllm(stand_in, {SAMPLER_PATH: failing(SAMPLER_SOURCE)})
     register(lambda choice: assess(choice, []))  # pre-flight passes
     module = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
     sampler = module.TopKTopPSampler()
+    logits = torch.tensor([[0.0, 5.0, 1.0], [9.0, 0.0, 1.0]])
     with caplog.at_level(logging.WARNING, logger="jitguard"):
-        assert [sampler.forward() for _ in range(3)] == ["pytorch"] * 3
+        tokens = [sampler.forward(logits).tolist() for _ in range(3)]
         assert module.TopKTopPSampler().forward() == "pytorch"  # a later one decides at init
+    # vLLM's own functions sampled (the stand-in's random_sample: argmax), FlashInfer was tried once only
+    assert tokens == [[1, 0]] * 3 and len(module.CALLS) == 1
     [warned] = warnings(caplog)
     assert "failed on first use: [build-failed]" in warned and "PyTorch-native sampler" in warned
+
+
+def test_the_v2_runners_sampler_is_guarded_even_when_imported_before_the_plugin(
+    stand_in: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # vLLM 0.24's V2 model runner (dense Qwen3, Llama): its Sampler asks the predicate it imported by name
+    # and calls flashinfer_sample itself; TopKTopPSampler is never built. Seen on the H200: the doomed
+    # sampling build ran and took the engine down.
+    write_vllm(stand_in, {SAMPLER_PATH: SAMPLER_SOURCE, V2_PATH: V2_SOURCE})
+    v2 = importlib.import_module("vllm.v1.worker.gpu.sample.sampler")  # before register(): names copied
+    register()
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert [v2.Sampler().use_flashinfer for _ in range(3)] == [False] * 3
+    [warned] = warnings(caplog)
+    assert "FlashInfer top-k/top-p sampler" in warned and "[link-missing-libcuda]" in warned
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    with pytest.raises(ChoiceUnavailable, match="VLLM_USE_FLASHINFER_SAMPLER=1"):
+        v2.Sampler()
+    plugin.unregister()  # vLLM's own functions back, in the module that imported them too
+    assert v2.Sampler().use_flashinfer is True
+
+
+def test_a_v2_sampler_whose_first_use_fails_samples_with_vllms_functions(
+    stand_in: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import torch
+
+    write_vllm(stand_in, {SAMPLER_PATH: failing(SAMPLER_SOURCE), V2_PATH: V2_SOURCE})
+    register(lambda choice: assess(choice, []))  # pre-flight passes
+    v2 = importlib.import_module("vllm.v1.worker.gpu.sample.sampler")
+    sampler = v2.Sampler()
+    assert sampler.use_flashinfer is True
+    logits = torch.tensor([[0.0, 5.0, 1.0]])
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert [sampler.sample(logits).tolist() for _ in range(3)] == [[1]] * 3
+    assert len(sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].CALLS) == 1
+    assert torch.equal(logits, torch.tensor([[0.0, 5.0, 1.0]]))  # the caller's logits untouched
+    [warned] = warnings(caplog)
+    assert "failed on first use: [build-failed]" in warned
+
+
+def test_a_release_without_the_predicate_is_guarded_in_init_without_a_warning(
+    stand_in: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    write_vllm(stand_in, {SAMPLER_PATH: INLINE_SAMPLER_SOURCE})
+    register()
+    module = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
+    assert not hasattr(module, "flashinfer_sampler_supported")
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert module.TopKTopPSampler().forward() == "pytorch"
+    [warned] = warnings(caplog)  # the verdict, and no "layout moved" for the predicate 0.17-0.22 lack
+    assert "FlashInfer top-k/top-p sampler" in warned and "jitguard-fault" not in warned

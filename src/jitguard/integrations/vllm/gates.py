@@ -11,28 +11,18 @@ FlashInfer (Triton fused MoE, its own kernels). A MoE backend named with ``--moe
 
 The predicates are imported by name into other modules (``from vllm.utils.flashinfer import ...``); the
 import hook patches the module before those imports run, and a module imported earlier has its binding
-replaced too (``_rebind``).
+replaced too (``sites.rebind``).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 from jitguard.decision.engine import KERNELS, MOE, Choice
-from jitguard.integrations.vllm.sites import (
-    Guards,
-    Site,
-    config_value,
-    keeps,
-    layout_moved,
-    mark,
-    original_of,
-)
+from jitguard.integrations.vllm.sites import Guards, Site, config_value, function_patch, keeps
 
 MODULE = "vllm.utils.flashinfer"
 MOE_PREDICATES = ("has_flashinfer_moe", "has_flashinfer_cutlass_fused_moe", "has_flashinfer_trtllm_fused_moe")
@@ -84,7 +74,7 @@ def _wrap(
         how = asked or named()
         return answer if keeps(guards, choice, named=how, instead=f"drop {how}" if how else "") else False
 
-    return mark(predicate, original)
+    return predicate
 
 
 def _patch_with(
@@ -93,38 +83,9 @@ def _patch_with(
     named: Callable[[], str | None],
     explicit: Callable[[], str | None] = _never_named,
 ) -> Any:
-    def patch(module: ModuleType, guards: Guards) -> bool:
-        missing = [n for n in names if not callable(module.__dict__.get(n))]
-        if missing:
-            layout_moved(module.__name__, ", ".join(missing), choice.title)
-            return False
-        for name in names:
-            original = module.__dict__[name]
-            if original_of(original) is None:
-                wrapper = _wrap(original, guards, choice, named, explicit)
-                setattr(module, name, wrapper)
-                _rebind(name, original, wrapper)
-        return True
-
-    def unpatch(module: ModuleType) -> None:
-        for name in names:
-            wrapper = module.__dict__.get(name)
-            original = original_of(wrapper)
-            if original is not None:
-                setattr(module, name, original)
-                _rebind(name, wrapper, original)
-
-    return patch, unpatch
-
-
-def _rebind(name: str, old: Any, new: Any) -> None:
-    """Replace ``old`` by ``new`` wherever a loaded vLLM module imported it under ``name``."""
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not module_name.startswith("vllm"):
-            continue
-        namespace = getattr(module, "__dict__", None)
-        if isinstance(namespace, dict) and namespace.get(name) is old:
-            namespace[name] = new
+    return function_patch(
+        names, choice, lambda module, original, guards: _wrap(original, guards, choice, named, explicit)
+    )
 
 
 _patch_moe, _unpatch_moe = _patch_with(MOE_PREDICATES, MOE, moe_named, moe_backend_named)

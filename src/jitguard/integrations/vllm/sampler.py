@@ -1,34 +1,58 @@
-"""vLLM's top-k/top-p sampler: FlashInfer's sampling kernels (JIT module ``sampling``) or PyTorch's.
+"""vLLM's top-k/top-p sampler: FlashInfer's sampling kernels (JIT module ``sampling``) or vLLM's own.
 
-Every release from 0.17 to 0.33 decides in ``TopKTopPSampler.__init__`` (``vllm/v1/sample/ops/
-topk_topp_sampler.py``) by setting ``self.forward`` to ``forward_cuda`` (FlashInfer) or ``forward_native``:
+vLLM has two model runners, and each decides on its own (``vllm/v1/sample/ops/topk_topp_sampler.py`` holds
+the decision and FlashInfer's call for both):
 
-- 0.17 - 0.20: only when ``VLLM_USE_FLASHINFER_SAMPLER=1`` (opt-in);
-- 0.21 - 0.22: on by default, inline in ``__init__``; ``VLLM_USE_FLASHINFER_SAMPLER=0`` turns it off;
-- 0.23 and later: on by default, through ``flashinfer_sampler_supported()`` (0.33 also asks FlashInfer's
-  ``check_cuda_arch``), which raises when the variable was set explicitly and the GPU cannot serve.
+- V1 (``vllm/v1/sample/sampler.py``): ``TopKTopPSampler.__init__`` sets ``self.forward`` to ``forward_cuda``
+  (FlashInfer) or ``forward_native``. 0.17 - 0.20: only when ``VLLM_USE_FLASHINFER_SAMPLER=1`` (opt-in);
+  0.21 - 0.22: on by default, inline in ``__init__``; 0.23 and later: through ``flashinfer_sampler_supported()``
+  (0.33 also asks FlashInfer's ``check_cuda_arch``), which raises when the variable was set explicitly and the
+  GPU cannot serve.
+- V2 (``vllm/v1/worker/gpu/sample/sampler.py``, 0.23 and later; the default runner for Qwen3, Llama and
+  Mistral in 0.24): ``Sampler.__init__`` keeps ``flashinfer_sampler_supported()`` as ``use_flashinfer`` and
+  calls ``flashinfer_sample()`` directly, both imported by name; ``TopKTopPSampler`` is never built there.
 
 vLLM's profile run samples with top-k/top-p at start-up, so the module is built (a few minutes of nvcc on a
 cold workspace) and a failed build takes the engine down before it serves (vLLM issue #50705). jitguard
-wraps ``__init__`` and, when FlashInfer was chosen, corrects the method: the PyTorch-native sampler when
-FlashInfer cannot work here and vLLM chose it on its own; ``ChoiceUnavailable`` when the user named it. When
-it passed pre-flight and its first use fails to build anyway, the sampler switches to PyTorch's then and
-there (one warning), instead of taking the engine down.
+guards three names, so that both runners are covered whatever the release:
+
+- ``flashinfer_sampler_supported`` (0.23+): when vLLM answers True and FlashInfer cannot work here, the
+  answer becomes False (both runners then take vLLM's own sampling), or ``ChoiceUnavailable`` when the user
+  named FlashInfer with ``VLLM_USE_FLASHINFER_SAMPLER=1``;
+- ``TopKTopPSampler.__init__`` (0.17+): the same verdict where the release decides inline (0.17 - 0.22);
+- ``flashinfer_sample`` (0.17+): FlashInfer passed pre-flight and its first use fails to build anyway: the
+  classified failure is recorded (the next start decides at init), said once, and this call and every later
+  one sample with vLLM's own functions (``apply_top_k_top_p``, then ``random_sample`` of the softmax, what
+  ``forward_native`` does) instead of taking the engine down. Sampling keeps no state, so the switch is safe
+  mid-run.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from jitguard.decision.engine import SAMPLER
 from jitguard.errors import BuildFailed
-from jitguard.integrations.vllm.sites import Guards, Site, env_flag, keeps, layout_moved, mark, original_of
+from jitguard.integrations.vllm.sites import (
+    Guards,
+    Site,
+    env_flag,
+    function_patch,
+    keeps,
+    layout_moved,
+    mark,
+    original_of,
+)
 
 MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
 CLASS = "TopKTopPSampler"
+PREDICATE = "flashinfer_sampler_supported"
+SAMPLE = "flashinfer_sample"
 VARIABLE = "VLLM_USE_FLASHINFER_SAMPLER"
+INSTEAD = f"unset {VARIABLE} (or set it to 0)"
 
 
 def named() -> str | None:
@@ -36,7 +60,8 @@ def named() -> str | None:
     return f"{VARIABLE}=1" if env_flag(VARIABLE) else None
 
 
-def _patch(module: ModuleType, guards: Guards) -> bool:
+# ---- TopKTopPSampler.__init__: the V1 runner's choice, inline in 0.17 - 0.22 ------------------------------
+def _patch_init(module: ModuleType, guards: Guards) -> bool:
     cls = module.__dict__.get(CLASS)
     original = getattr(cls, "__init__", None) if cls is not None else None
     if (
@@ -54,44 +79,78 @@ def _patch(module: ModuleType, guards: Guards) -> bool:
         original(self, *args, **kwargs)
         chosen = getattr(getattr(self, "forward", None), "__func__", None)
         if chosen is None or chosen is not getattr(type(self), "forward_cuda", None):
-            return  # vLLM chose another sampler itself: nothing to check
-        how = named()
-        if not keeps(guards, SAMPLER, named=how, instead=f"unset {VARIABLE} (or set it to 0)"):
+            return  # vLLM chose another sampler itself (or jitguard's predicate answered False)
+        if not keeps(guards, SAMPLER, named=named(), instead=INSTEAD):
             self.forward = self.forward_native
-        elif how is None:
-            self.forward = _first_use(self, guards)
 
     cls.__init__ = mark(__init__, original)
     return True
 
 
-def _first_use(sampler: Any, guards: Guards) -> Any:
-    """FlashInfer's sampler, switching this sampler to PyTorch's when its first use fails to build (a
-    classified ``BuildFailed`` from jitguard's build hook: the build hook has recorded it, so the next start
-    decides at init). Sampling has no state to carry over, so the switch is safe mid-run; any other error is
-    FlashInfer's own and passes through."""
-    flashinfer = sampler.forward_cuda
-
-    @functools.wraps(flashinfer)
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return flashinfer(*args, **kwargs)
-        except BuildFailed as exc:
-            guards.choices.failed(SAMPLER, exc.findings)
-            sampler.forward = sampler.forward_native
-            return sampler.forward_native(*args, **kwargs)
-
-    return forward
-
-
-def _unpatch(module: ModuleType) -> None:
+def _unpatch_init(module: ModuleType) -> None:
     cls = module.__dict__.get(CLASS)
     original = original_of(getattr(cls, "__init__", None))
     if cls is not None and original is not None:
         cls.__init__ = original
 
 
+# ---- module functions, imported by name elsewhere (the V2 runner): sites.function_patch --------------------
+def _guarded_predicate(module: ModuleType, original: Callable[..., Any], guards: Guards) -> Any:
+    @functools.wraps(original)
+    def flashinfer_sampler_supported(*args: Any, **kwargs: Any) -> Any:
+        answer = original(*args, **kwargs)
+        if answer is not True:
+            return answer  # vLLM rules FlashInfer out itself (or raised, its own way)
+        return keeps(guards, SAMPLER, named=named(), instead=INSTEAD)
+
+    return flashinfer_sampler_supported
+
+
+def _guarded_sample(module: ModuleType, original: Callable[..., Any], guards: Guards) -> Any:
+    failed_over = False
+
+    @functools.wraps(original)
+    def flashinfer_sample(logits: Any, k: Any, p: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal failed_over
+        if not failed_over:
+            try:
+                return original(logits, k, p, *args, **kwargs)
+            except BuildFailed as exc:  # classified and recorded by jitguard's build hook
+                guards.choices.failed(SAMPLER, exc.findings)
+                failed_over = True
+        generators = args[0] if args else kwargs.get("generators")
+        return native_sample(module, logits, k, p, generators or {})
+
+    return flashinfer_sample
+
+
+def native_sample(module: ModuleType, logits: Any, k: Any, p: Any, generators: dict[int, Any]) -> Any:
+    """What ``flashinfer_sample`` returns (one token id per row), with vLLM's own functions from ``module``:
+    top-k/top-p on a copy of the logits (vLLM's may work in place; the caller may still need them), the
+    softmax in float32, then vLLM's ``random_sample`` (per-request generators honoured)."""
+    import torch
+
+    filtered = module.apply_top_k_top_p(logits.clone(), k, p)
+    return module.random_sample(filtered.softmax(dim=-1, dtype=torch.float32), generators)
+
+
+# 0.17 - 0.22 have no predicate (TopKTopPSampler.__init__ decides inline): its absence is no moved layout.
+_patch_predicate, _unpatch_predicate = function_patch(
+    (PREDICATE,), SAMPLER, _guarded_predicate, optional=True
+)
+_patch_sample, _unpatch_sample = function_patch((SAMPLE,), SAMPLER, _guarded_sample)
+
 SITES = (
+    Site(
+        SAMPLER,
+        MODULE,
+        PREDICATE,
+        "0.23-0.33",
+        f"{VARIABLE}=1 (on by default)",
+        "it answers False: both model runners (V1's TopKTopPSampler, V2's Sampler) sample with vLLM's own code",
+        _patch_predicate,
+        _unpatch_predicate,
+    ),
     Site(
         SAMPLER,
         MODULE,
@@ -99,7 +158,18 @@ SITES = (
         "0.17-0.33",
         f"{VARIABLE}=1 (0.17-0.20: the only way in; 0.21+: on by default)",
         "self.forward = forward_native (the PyTorch-native sampler)",
-        _patch,
-        _unpatch,
+        _patch_init,
+        _unpatch_init,
+    ),
+    Site(
+        SAMPLER,
+        MODULE,
+        SAMPLE,
+        "0.17-0.33",
+        "(first use: FlashInfer was chosen and passed pre-flight)",
+        "a failed first-use build is recorded; that call and every later one sample with vLLM's own "
+        "apply_top_k_top_p + random_sample",
+        _patch_sample,
+        _unpatch_sample,
     ),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -64,6 +65,53 @@ def original_of(obj: Any) -> Any:
 def mark(wrapper: Any, original: Any) -> Any:
     setattr(wrapper, MARK, original)
     return wrapper
+
+
+def rebind(name: str, old: Any, new: Any) -> None:
+    """Replace ``old`` by ``new`` wherever a loaded vLLM module imported it under ``name`` (``from vllm.x
+    import name`` copies the binding; a module imported later gets the patched one from the import hook)."""
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("vllm"):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get(name) is old:
+            namespace[name] = new
+
+
+Wrap = Callable[[ModuleType, Callable[..., Any], "Guards"], Any]
+
+
+def function_patch(
+    names: tuple[str, ...], choice: Choice, wrap: Wrap, *, optional: bool = False
+) -> tuple[Callable[[ModuleType, Guards], bool], Callable[[ModuleType], None]]:
+    """Patch and undo for the module functions ``names``: ``wrap(module, original, guards)`` takes each one's
+    place in the module and in every loaded vLLM module that imported it (``rebind``). ``optional``: releases
+    without them are no moved layout (the patch just does not apply); otherwise a missing one is said once
+    and nothing is patched."""
+
+    def patch(module: ModuleType, guards: Guards) -> bool:
+        missing = [n for n in names if not callable(module.__dict__.get(n))]
+        if missing:
+            if not optional:
+                layout_moved(module.__name__, ", ".join(missing), choice.title)
+            return False
+        for name in names:
+            original = module.__dict__[name]
+            if original_of(original) is None:
+                wrapper = mark(wrap(module, original, guards), original)
+                setattr(module, name, wrapper)
+                rebind(name, original, wrapper)
+        return True
+
+    def unpatch(module: ModuleType) -> None:
+        for name in names:
+            wrapper = module.__dict__.get(name)
+            original = original_of(wrapper)
+            if original is not None:
+                setattr(module, name, original)
+                rebind(name, wrapper, original)
+
+    return patch, unpatch
 
 
 def layout_moved(module: str, target: str, what: str) -> None:
