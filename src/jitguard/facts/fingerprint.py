@@ -62,6 +62,10 @@ ENV_PREFIXES = ("FLASHINFER_",)
 # exist plus an empty entry, once in every process that imports it; vLLM's engine-core processes (forked: the
 # rewritten value; spawned: rewritten again) would otherwise each have a key of their own, none of them the
 # one ``jitguard doctor`` and ``jitguard build`` report, and a failure recorded by one never reaches another.
+# FLASHINFER_CUDA_ARCH_LIST set to what FlashInfer detects from the GPUs anyway builds the same kernels as
+# unset: `jitguard build flashinfer-gdn` sets it (9.0a) for its build, an engine on the same H200 does not,
+# and a failure the prebuild recorded must reach that engine (found on the H200: it did not).
+ARCH_LIST = "FLASHINFER_CUDA_ARCH_LIST"
 SEARCH_PATHS = ("LIBRARY_PATH", "LD_LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
 
 
@@ -77,7 +81,7 @@ def describe(**parts: Any) -> dict[str, Any]:
         "toolchain": _toolchain(parts.get("toolchain")),
         "libstdcxx": _libstdcxx(parts.get("libstdcxx")),
         "link": _link(parts.get("link")),
-        "env": _env(parts.get("environment")),
+        "env": _env(parts.get("environment"), parts.get("gpu")),
     }
     unavailable = parts.get("unavailable")
     if unavailable:
@@ -149,7 +153,7 @@ def _link(link: Any) -> dict[str, bool]:
     }
 
 
-def _env(environment: Any) -> dict[str, str]:
+def _env(environment: Any, gpu: Any = None) -> dict[str, str]:
     get = getattr(environment, "as_dict", None)
     variables: dict[str, str] = get() if callable(get) else {}
     out: dict[str, str] = {}
@@ -160,8 +164,29 @@ def _env(environment: Any) -> dict[str, str]:
             value = search_path(value)
             if not value:
                 continue  # nothing a search can visit: the same as unset
+        if name == ARCH_LIST and _same_archs(value, detected_arch_list(gpu)):
+            continue  # what FlashInfer builds for here anyway: the same as unset
         out[name] = value
     return out
+
+
+def detected_arch_list(gpu: Any) -> str | None:
+    """The arch list FlashInfer derives from the visible GPUs when FLASHINFER_CUDA_ARCH_LIST is unset (each
+    device's capability, 'a' for majors >= 9: an H200 gives '9.0a'); None without a GPU."""
+    from jitguard.facts.flashinfer import arch_from_capability
+
+    pairs = getattr(gpu, "capability_pairs", None)
+    found = pairs() if callable(pairs) else ()
+    return " ".join(sorted({arch_from_capability(major, minor) for major, minor in found})) or None
+
+
+def _same_archs(value: str, detected: str | None) -> bool:
+    from jitguard.facts.flashinfer import parse_arch_list
+
+    if detected is None:
+        return False
+    archs, _, error = parse_arch_list(value)
+    return error is None and archs == parse_arch_list(detected)[0]
 
 
 def search_path(value: str) -> str:

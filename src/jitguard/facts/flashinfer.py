@@ -190,7 +190,7 @@ def installed_version() -> str | None:
 def workspace_dirs(env: Mapping[str, str], version: str, *, arch: str = "9.0a") -> tuple[Path, Path]:
     """(cached_ops, generated) of FlashInfer ``version`` as it would resolve them: the arch from
     FLASHINFER_CUDA_ARCH_LIST (else ``arch``), the base from FLASHINFER_WORKSPACE_BASE (else $HOME)."""
-    _, arch_dir, _ = _parse_arch_list(env.get("FLASHINFER_CUDA_ARCH_LIST") or arch)
+    _, arch_dir, _ = parse_arch_list(env.get("FLASHINFER_CUDA_ARCH_LIST") or arch)
     base = Path(env["FLASHINFER_WORKSPACE_BASE"]) if "FLASHINFER_WORKSPACE_BASE" in env else _home(env)
     workspace = base / ".cache" / "flashinfer" / version / (arch_dir or "90a")
     return workspace / "cached_ops", workspace / "generated"
@@ -210,7 +210,7 @@ def probe(packages: PackageFacts, env: Mapping[str, str], *, arch: str | None = 
         arch_source: str | None = "FLASHINFER_CUDA_ARCH_LIST"
     else:
         arch_text, arch_source = arch, ("argument" if arch else None)
-    archs, arch_dir, arch_error = _parse_arch_list(arch_text)
+    archs, arch_dir, arch_error = parse_arch_list(arch_text)
 
     # FlashInfer: Path(os.getenv("FLASHINFER_WORKSPACE_BASE", Path.home())); set-but-empty means the cwd.
     base = Path(env["FLASHINFER_WORKSPACE_BASE"]) if "FLASHINFER_WORKSPACE_BASE" in env else _home(env)
@@ -358,7 +358,7 @@ def _home(env: Mapping[str, str]) -> Path:
     return Path.home()
 
 
-def _parse_arch_list(text: str | None) -> tuple[tuple[str, ...], str | None, str | None]:
+def parse_arch_list(text: str | None) -> tuple[tuple[str, ...], str | None, str | None]:
     """(archs, workspace arch dir, error) the way FlashInfer's CompilationContext parses the list: split on
     single spaces, each 'major.minor' with an integer major; the dir joins sorted (major, minor) pairs."""
     if text is None:

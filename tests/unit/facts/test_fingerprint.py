@@ -203,7 +203,8 @@ def test_describe_lists_the_inputs() -> None:
     assert described["toolchain"]["nvcc"] == {"path": "/usr/local/cuda/bin/nvcc", "version": "13.0.88"}
     assert described["libstdcxx"]["runtime"] == {"path": "/lib/libstdc++.so.6", "max": "3.4.30"}
     assert described["link"] == {"libcuda_ok": False, "cudart_ok": True}  # no cache flag, no log text
-    assert described["env"] == {"CUDA_HOME": "/usr/local/cuda", "FLASHINFER_CUDA_ARCH_LIST": "9.0a"}
+    # FLASHINFER_CUDA_ARCH_LIST=9.0a on an H200 is what FlashInfer detects anyway: left out, as unset
+    assert described["env"] == {"CUDA_HOME": "/usr/local/cuda"}
     assert set(described["packages"]) == set(fingerprint.PACKAGES)
 
 
@@ -225,3 +226,23 @@ def test_real_collected_facts_give_a_stable_key(tmp_path: Path) -> None:
     except ImportError as exc:  # a probe module another engineer has not landed yet
         pytest.skip(f"collect() is not complete yet: {exc}")
     assert first.fingerprint == second.fingerprint
+
+
+def test_an_arch_list_that_names_what_flashinfer_detects_counts_as_unset() -> None:
+    """``jitguard build flashinfer-gdn`` sets FLASHINFER_CUDA_ARCH_LIST=9.0a for its build; an engine on the
+    same H200 leaves it unset and FlashInfer detects 9.0a from the GPU: the same kernels, so one key (seen on
+    the H200: the prebuild's recorded failure never reached the engine)."""
+    h200 = H200
+    unset = {k: v for k, v in ENV.items() if k != "FLASHINFER_CUDA_ARCH_LIST"}
+
+    def key(gpu_facts: GpuFacts, **variables: str) -> str:
+        env = environment.probe({**unset, **variables})
+        return fingerprint.compute(**parts(gpu=gpu_facts, environment=env))
+
+    assert key(h200, FLASHINFER_CUDA_ARCH_LIST="9.0a") == key(h200)
+    assert key(h200, FLASHINFER_CUDA_ARCH_LIST="9.0a 9.0a") == key(h200)  # FlashInfer keeps a set
+    assert key(h200, FLASHINFER_CUDA_ARCH_LIST="9.0") != key(h200)  # not sm_90a: other kernels
+    assert key(h200, FLASHINFER_CUDA_ARCH_LIST="9.0a 10.0a") != key(h200)  # more kernels
+    assert key(h200, FLASHINFER_CUDA_ARCH_LIST="9.0a,10.0a") != key(h200)  # not a list FlashInfer reads
+    no_gpu = gpu.probe({})  # a build host without a GPU: the list is all FlashInfer has to go on
+    assert key(no_gpu, FLASHINFER_CUDA_ARCH_LIST="9.0a") != key(no_gpu)
