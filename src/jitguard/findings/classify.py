@@ -88,6 +88,17 @@ _RULES: tuple[_Rule, ...] = (
             re.I,
         ),
     ),
+    _Rule(
+        "cutlass-dsl-compile-broken",
+        re.compile(
+            r"'llvm\.mlir\.global_dtors' op requires attribute 'data'"
+            r"|mlir_global_dtors\(\) missing 1 required positional argument: 'data'"
+            r"|GPUModuleOp.*TypeError|TypeError.*GPUModuleOp"
+            r"|Unexpected instruction types specified for '_mma'"
+            r"|JIT session error: Symbols not found: \[ ?cuda_dialect_"
+        ),
+        lambda ms: {"symptom": ms[0].group(0)},
+    ),
     _Rule("nvcc-missing", re.compile(r"nvcc: (?:command )?not found|No such file or directory: '[^']*nvcc'")),
     _Rule("ninja-missing", re.compile(r"ninja: (?:command )?not found|No such file or directory: 'ninja'")),
 )

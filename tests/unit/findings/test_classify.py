@@ -53,3 +53,35 @@ def test_a_gpu_out_of_memory_error_is_not_a_compiler_oom() -> None:
 def test_a_sigterm_from_the_launcher_is_not_an_oom() -> None:
     log = "jitguard-launch: killed by signal 15 (SIGTERM)\nninja: build stopped: interrupted by user.\n"
     assert "build-oom-killed" not in [f.code for f in classify(log, 2)]
+
+
+# The CuTeDSL's own libraries failing at kernel compile, as reported (NVIDIA/cutlass #3170, #3259, #3329;
+# vllm-project/vllm #44949 and the GPUModuleOp TypeError of a mixed -libs-base/-libs-cu13 install).
+DSL_SYMPTOMS = {
+    "error: 'llvm.mlir.global_dtors' op requires attribute 'data'": "'llvm.mlir.global_dtors' op",
+    "TypeError: mlir_global_dtors() missing 1 required positional argument: 'data'": "mlir_global_dtors()",
+    "TypeError: GPUModuleOp.__init__() got an unexpected keyword argument 'targets'": "GPUModuleOp",
+    "ptxas application ptx input, line 1008; error   : Unexpected instruction types specified for '_mma'": (
+        "'_mma'"
+    ),
+    "JIT session error: Symbols not found: [ cuda_dialect_unload_library_once, _cudaSetDevice ]": (
+        "cuda_dialect_"
+    ),
+}
+
+
+def test_the_dsls_own_library_faults_are_named_with_the_reinstall() -> None:
+    for line, shown in DSL_SYMPTOMS.items():
+        log = f'Traceback (most recent call last):\n  File "x.py", line 1\n{line}\n'
+        [finding] = classify(log, 1)
+        assert finding.code == "cutlass-dsl-compile-broken", line
+        assert shown in finding.title and list(finding.evidence) == [line], line
+        commands = " ".join(f.command or "" for f in finding.fixes)
+        assert (
+            "jitguard doctor --backend flashinfer" in commands and "--force-reinstall --no-deps" in commands
+        )
+
+
+def test_a_kernel_error_of_its_own_is_not_blamed_on_the_install() -> None:
+    log = "TypeError: make_layout() got an unexpected keyword argument 'stride'\n"  # a kernel's own bug
+    assert [f.code for f in classify(log, 1)] == ["build-failed"]

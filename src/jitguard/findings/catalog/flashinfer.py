@@ -147,6 +147,35 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="cutlass-dsl-compile-broken",
+        severity="error",
+        title="The CuTeDSL failed inside its own libraries while compiling a kernel: {symptom}",
+        cause=(
+            "The error comes from nvidia-cutlass-dsl's native libraries, not from the kernel: every known case "
+            "is an install fault. The DSL ships as sibling wheels whose -libs-base and -libs-cu13 write the "
+            "same paths with different contents; whichever was installed last wins, file by file "
+            "(NVIDIA/cutlass #3170, #3259): a mix raises a GPUModuleOp TypeError or \"'llvm.mlir.global_dtors' "
+            "op requires attribute 'data'\" (also a defect of the 4.5.x -libs-cu13, fixed in 4.6), -libs-base "
+            "on SM120 emits a malformed `_mma` instruction that ptxas rejects, and runtime libraries the DSL "
+            'cannot find show as "JIT session error: Symbols not found: [ cuda_dialect_...".'
+        ),
+        fixes=(
+            FixTemplate(
+                "Check the DSL's files against their wheels (jitguard re-hashes them; a damaged install is "
+                "reported as cutlass-dsl-install-damaged with the exact reinstall):",
+                "jitguard doctor --backend flashinfer",
+            ),
+            FixTemplate(
+                "Reinstall the DSL's wheels one at a time, the CUDA-specific one last (or upgrade to 4.6+, "
+                "which fixed the 4.5.x MLIR defect):",
+                "pip install --force-reinstall --no-deps nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl && "
+                "pip install --force-reinstall --no-deps nvidia-cutlass-dsl-libs-cu13",
+            ),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="flashinfer-dsl-kernel-import-broken",
         severity="error",
         title="FlashInfer's {arch} GDN prefill kernel fails to import: {error_type}",
