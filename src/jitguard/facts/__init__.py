@@ -137,7 +137,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     }
     dsl = None
     if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
-        dsl = run("dsl_install", dsl_install.probe)
+        dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
     key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"

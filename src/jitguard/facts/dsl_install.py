@@ -11,27 +11,39 @@ for a file that differs, which other installed DSL distributions list the same p
 its content matches (that wheel's copy won). Which differences are damage is the checks' call
 (``findings/checks_dsl.py``).
 
-Hashing the DSL (~500 MB) takes about a second, so digests are kept for the life of the process, keyed by
-path, size and mtime: re-asking costs one stat per file.
+Hashing the DSL (~500 MB) takes about a second, so digests are kept, keyed by the file's path, size, mtime,
+ctime and inode (a reinstall or an edit changes one of them; ctime cannot be set back): for the life of the
+process, and, given jitguard's cache dir, in ``<cache_dir>/dsl/digests.json`` for the next process (an
+engine's processes each check the DSL at start). Re-asking then costs one stat per file. That file follows the
+cache dir's trust rules; a missing, untrusted or corrupt one is a miss, never an error.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.metadata as metadata
+import json
 import os
 import re
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from jitguard import fileio
 
 PREFIX = "nvidia-cutlass-dsl"
 _CHUNK = 1 << 20
+DIGESTS_FILE = Path("dsl") / "digests.json"  # under jitguard's cache dir
+_DIGESTS_SCHEMA = 1
 
-# (path, size, mtime_ns, algorithm) -> the urlsafe-base64 digest RECORD would hold for that content.
-_DIGESTS: dict[tuple[str, int, int, str], str] = {}
+# (path, size, mtime_ns, ctime_ns, inode, algorithm) -> the urlsafe-base64 digest RECORD would hold for that
+# content.
+_Key = tuple[str, int, int, int, int, str]
+_DIGESTS: dict[_Key, str] = {}
 
 
 @dataclass(frozen=True)
@@ -86,10 +98,13 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def probe(path: Sequence[str] | None = None) -> DslInstallFacts:
+def probe(path: Sequence[str] | None = None, *, cache_dir: Path | None = None) -> DslInstallFacts:
     """Check every installed distribution whose name starts with ``nvidia-cutlass-dsl`` (the first of each name
-    on ``path``, default sys.path: the one ``importlib.metadata`` and pip see)."""
+    on ``path``, default sys.path: the one ``importlib.metadata`` and pip see). ``cache_dir``: jitguard's, where
+    the digests of an earlier process are read and this one's kept."""
     start = time.perf_counter()
+    if cache_dir is not None:
+        _recall(Path(cache_dir))
     found: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions(path=list(sys.path if path is None else path)):
         name = normalise(dist.metadata["Name"] or "")
@@ -142,7 +157,34 @@ def probe(path: Sequence[str] | None = None) -> DslInstallFacts:
                 shares_paths_with=tuple(sorted(shared)),
             )
         )
+    if cache_dir is not None and hashed[0]:
+        _keep(Path(cache_dir), {e.absolute for es in entries.values() for e in es})
     return DslInstallFacts(tuple(checks), hashed[0], time.perf_counter() - start)
+
+
+def _recall(cache_dir: Path) -> None:
+    """Digests an earlier process kept; a missing, untrusted or malformed file adds nothing."""
+    data = fileio.read_json(cache_dir / DIGESTS_FILE, root=cache_dir)
+    if data is None or data.get("schema") != _DIGESTS_SCHEMA or not isinstance(data.get("digests"), list):
+        return
+    for item in data["digests"]:
+        if (
+            isinstance(item, list)
+            and len(item) == 7
+            and isinstance(item[0], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in item[1:5])
+            and all(isinstance(v, str) for v in item[5:])
+        ):
+            _DIGESTS.setdefault((item[0], item[1], item[2], item[3], item[4], item[5]), item[6])
+
+
+def _keep(cache_dir: Path, paths: set[str]) -> None:
+    """This process's digests of the files the DSL lists now (so the file never grows past one install);
+    a cache dir that cannot take it only costs the next process the hashing."""
+    kept = [[*key, digest] for key, digest in sorted(_DIGESTS.items()) if key[0] in paths]
+    data = json.dumps({"schema": _DIGESTS_SCHEMA, "digests": kept}, separators=(",", ":")).encode()
+    with contextlib.suppress(OSError):  # not write_json: its redaction would take digests for secrets
+        fileio.write_atomic(cache_dir / DIGESTS_FILE, data, root=cache_dir)
 
 
 class _Unverifiable(Exception):
@@ -181,10 +223,12 @@ def _check(entry: _Entry, others: list[_Entry], hashed: list[int]) -> str | Diff
         # No wheel's copy has this size: it differs from all of them, without reading it.
         return DifferingFile(entry.path, st.st_size, listed_by, None)
     try:
-        if _digest(entry.absolute, st, entry.algorithm, hashed) == entry.digest and entry.size in (
-            None,
-            st.st_size,
-        ):
+        read_before = hashed[0]
+        digest = _digest(entry.absolute, st, entry.algorithm, hashed)
+        if digest != entry.digest and hashed[0] == read_before:
+            # a kept digest never makes a file differ: the file is read again before it is reported
+            digest = _digest(entry.absolute, st, entry.algorithm, hashed, fresh=True)
+        if digest == entry.digest and entry.size in (None, st.st_size):
             return None
         matches = next(
             (
@@ -199,9 +243,10 @@ def _check(entry: _Entry, others: list[_Entry], hashed: list[int]) -> str | Diff
     return DifferingFile(entry.path, st.st_size, listed_by, matches)
 
 
-def _digest(path: str, st: os.stat_result, algorithm: str, hashed: list[int]) -> str:
-    key = (path, st.st_size, st.st_mtime_ns, algorithm)
-    cached = _DIGESTS.get(key)
+def _digest(path: str, st: os.stat_result, algorithm: str, hashed: list[int], *, fresh: bool = False) -> str:
+    """The digest of ``path`` as it is now (``st``); ``fresh``: read it even when one is kept."""
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, algorithm)
+    cached = None if fresh else _DIGESTS.get(key)
     if cached is not None:
         return cached
     h = hashlib.new(algorithm)

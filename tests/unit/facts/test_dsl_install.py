@@ -4,8 +4,11 @@ brought into this venv, and a copy of it with a file damaged for real (tests/dsl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +197,49 @@ def test_copy_dsl_leaves_the_installed_dsl_untouched(tmp_path: Path) -> None:
     assert not (site / runtime).is_symlink()
     assert all(d.intact for d in dsl_install.probe().dists)
     shutil.rmtree(tmp_path / "env")
+
+
+# --- the digests kept in jitguard's cache dir for the next process
+
+PROBE = (
+    "import sys\nfrom pathlib import Path\nfrom jitguard.facts import dsl_install\n"
+    "f = dsl_install.probe([sys.argv[1]], cache_dir=Path(sys.argv[2]))\n"
+    "print(f.bytes_hashed, [(d.name, d.intact) for d in f.dists])\n"
+)
+
+
+def probe_in_a_new_process(site: Path, cache_dir: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(site), str(cache_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_next_process_reads_nothing_and_a_kept_digest_never_makes_a_file_differ(tmp_path: Path) -> None:
+    site, cache = tmp_path / "site", tmp_path / "cache"
+    site.mkdir()
+    make_installed(site, BASE, "4.8.1", {"nvidia_cutlass_dsl/a.so": b"first" * 1000})
+    intact = f"[('{BASE}', True)]"
+
+    def run() -> tuple[int, str]:
+        read, _, dists = probe_in_a_new_process(site, cache).partition(" ")
+        return int(read), dists
+
+    read, dists = run()
+    assert read > 5000 and dists == intact
+    kept = cache / dsl_install.DIGESTS_FILE
+    assert kept.is_file() and (kept.stat().st_mode & 0o777) == 0o600
+    assert run() == (0, intact)  # every digest came from the kept file
+    # wrong digests kept (an edited or stale file): each file is read again and found intact, not damaged
+    data = json.loads(kept.read_text())
+    for item in data["digests"]:
+        item[6] = "A" * 43
+    kept.write_text(json.dumps(data))
+    read, dists = run()
+    assert read > 5000 and dists == intact
+    assert run() == (0, intact)  # and the right digests are kept again
+    # a kept file others can write is never read: the DSL is hashed again
+    kept.chmod(0o666)
+    read, dists = run()
+    assert read > 5000 and dists == intact
