@@ -103,8 +103,7 @@ def probe(path: Sequence[str] | None = None, *, cache_dir: Path | None = None) -
     on ``path``, default sys.path: the one ``importlib.metadata`` and pip see). ``cache_dir``: jitguard's, where
     the digests of an earlier process are read and this one's kept."""
     start = time.perf_counter()
-    if cache_dir is not None:
-        _recall(Path(cache_dir))
+    recalled = _recall(Path(cache_dir)) if cache_dir is not None else {}
     found: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions(path=list(sys.path if path is None else path)):
         name = normalise(dist.metadata["Name"] or "")
@@ -157,16 +156,18 @@ def probe(path: Sequence[str] | None = None, *, cache_dir: Path | None = None) -
                 shares_paths_with=tuple(sorted(shared)),
             )
         )
-    if cache_dir is not None and hashed[0]:
-        _keep(Path(cache_dir), {e.absolute for es in entries.values() for e in es})
+    if cache_dir is not None:
+        _keep(Path(cache_dir), {e.absolute for es in entries.values() for e in es}, recalled)
     return DslInstallFacts(tuple(checks), hashed[0], time.perf_counter() - start)
 
 
-def _recall(cache_dir: Path) -> None:
-    """Digests an earlier process kept; a missing, untrusted or malformed file adds nothing."""
+def _recall(cache_dir: Path) -> dict[_Key, str]:
+    """Digests an earlier process kept (what the file holds); a missing, untrusted or malformed file adds
+    nothing."""
     data = fileio.read_json(cache_dir / DIGESTS_FILE, root=cache_dir)
     if data is None or data.get("schema") != _DIGESTS_SCHEMA or not isinstance(data.get("digests"), list):
-        return
+        return {}
+    found: dict[_Key, str] = {}
     for item in data["digests"]:
         if (
             isinstance(item, list)
@@ -175,13 +176,20 @@ def _recall(cache_dir: Path) -> None:
             and all(isinstance(v, int) and not isinstance(v, bool) for v in item[1:5])
             and all(isinstance(v, str) for v in item[5:])
         ):
-            _DIGESTS.setdefault((item[0], item[1], item[2], item[3], item[4], item[5]), item[6])
+            key = (item[0], item[1], item[2], item[3], item[4], item[5])
+            _DIGESTS.setdefault(key, item[6])
+            found[key] = item[6]
+    return found
 
 
-def _keep(cache_dir: Path, paths: set[str]) -> None:
-    """This process's digests of the files the DSL lists now (so the file never grows past one install);
-    a cache dir that cannot take it only costs the next process the hashing."""
-    kept = [[*key, digest] for key, digest in sorted(_DIGESTS.items()) if key[0] in paths]
+def _keep(cache_dir: Path, paths: set[str], recalled: dict[_Key, str]) -> None:
+    """This process's digests of the files the DSL lists now (so the file never grows past one install),
+    unless the file already holds them all; a cache dir that cannot take it only costs the next process the
+    hashing."""
+    current = {key: digest for key, digest in _DIGESTS.items() if key[0] in paths}
+    if not current or current.items() <= recalled.items():
+        return
+    kept = [[*key, digest] for key, digest in sorted(current.items())]
     data = json.dumps({"schema": _DIGESTS_SCHEMA, "digests": kept}, separators=(",", ":")).encode()
     with contextlib.suppress(OSError):  # not write_json: its redaction would take digests for secrets
         fileio.write_atomic(cache_dir / DIGESTS_FILE, data, root=cache_dir)

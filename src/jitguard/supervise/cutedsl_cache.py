@@ -298,10 +298,12 @@ def dsl_damage() -> str:
     """Why kernels compiled here must not be kept ('' when they may): the nvidia-cutlass-dsl files differ from
     their wheels' RECORD (``facts.dsl_install``), so a kernel compiled now may not be what the key says, and
     would outlive the repair (the key holds the RECORDs, not the files)."""
+    from jitguard.config import Settings
     from jitguard.facts import dsl_install
     from jitguard.findings.checks_dsl import damage
 
-    damaged = [f"{d.name} ({len(bad)} files)" for d in dsl_install.probe().dists if (bad := damage(d))]
+    checked = dsl_install.probe(cache_dir=Settings.from_env().cache_dir)  # digests kept by pre-flight
+    damaged = [f"{d.name} ({len(bad)} files)" for d in checked.dists if (bad := damage(d))]
     return ", ".join(damaged)
 
 

@@ -295,12 +295,14 @@ def test_nothing_is_kept_while_the_dsl_install_is_damaged(
     assert KernelCache(dsl).entries() == []
 
 
-def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The real installed DSL here is intact: nothing stops a publish. A check that finds a file the DSL
     imports missing (what facts.dsl_install reports for a half-overwritten install) does."""
     from jitguard.facts import dsl_install
 
+    monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path / "cache"))
     assert cutedsl_cache.dsl_damage() == ""
+    assert (tmp_path / "cache" / dsl_install.DIGESTS_FILE).is_file()  # kept for the next process
     broken = dsl_install.DistCheck(
         name="nvidia-cutlass-dsl-libs-cu13",
         version="4.6.0",
@@ -311,5 +313,5 @@ def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch) -> N
         unreadable=(),
         shares_paths_with=(),
     )
-    monkeypatch.setattr(dsl_install, "probe", lambda: dsl_install.DslInstallFacts((broken,), 0, 0.0))
+    monkeypatch.setattr(dsl_install, "probe", lambda **_: dsl_install.DslInstallFacts((broken,), 0, 0.0))
     assert cutedsl_cache.dsl_damage() == "nvidia-cutlass-dsl-libs-cu13 (1 files)"
