@@ -97,6 +97,7 @@ def main() -> None:
         if stock:
             env["JITGUARD_DISABLE"] = "1"
         row = {"label": label, **start_engine(model, env, work / f"engine-{i}.log")}
+        row["kernels_kept"] = len(list((cache / "kernels").glob("*.o")))  # what the next row can load
         rows.append(row)
         print(
             label, json.dumps({k: row.get(k) for k in ("exit", "ready_s", "ttft_s", "generated")}), flush=True

@@ -46,6 +46,11 @@ On the H200 device (root; 16 CPUs), the doomed sampler with vLLM 0.24.0 and 0.26
 
 The 0.24 GDN scenarios, as before (0.24 payload unpacked into /tmp/site): ``bash benchmarks/vllm_engine.sh
 gdn``. Directly: ``python3 benchmarks/vllm_engine.py [--stage ...] [--site DIR ...] [--out DIR]``.
+
+One release per call instead (when the second payload does not fit beside the first): run each call's stages,
+keep its ``$OUT/vllm_engine.<stage>.json`` under a name of its own, then make one table of them here:
+``python3 benchmarks/vllm_engine.py --combine A.json B.json ... --out benchmarks/results`` (how the committed
+table was made: ``vllm_engine.{sampler.0.24.0,sampler.0.26.0,firstuse.0.24.0}.json``).
 """
 
 from __future__ import annotations
@@ -515,13 +520,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the model of the sampler stages: a dense Qwen3 (default: no FLA kernels to compile cold) or the "
         "GDN stage's Qwen3-Next",
     )
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: one table in --out from stage results of several calls (vllm_engine.<stage>.json, "
+        "e.g. one release per call when two payloads do not fit on the host at once)",
+    )
     args = parser.parse_args(argv)
     args.site = args.site or [Path(os.environ.get("SITE", "/tmp/site"))]
     return args
 
 
+def combine(paths: list[Path], out: Path) -> int:
+    """Render one table from the stage results of several calls (their rows in the order given)."""
+    rows: list[Row] = []
+    notes: list[str] = []
+    info: dict[str, Any] = {}
+    releases: dict[str, dict[str, str]] = {}
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+            found = [Row(**r) for r in record["rows"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"vllm_engine.py: {path} is not a stage's results ({exc})", file=sys.stderr)
+            return 2
+        info = info or record["machine"]
+        releases.update({r["vllm"]: r for r in record["machine"].get("releases", [])})
+        rows += found
+        notes += [f"{path.name}: {n}" for n in record["notes"]]
+    info["releases"] = list(releases.values())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vllm_engine.md").write_text(render(rows, info, notes) + "\n")
+    print(f"wrote {out}/vllm_engine.md ({sum(r.ok for r in rows)}/{len(rows)} as expected)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
     sites = [Site.of(p) for p in args.site]
     missing = [str(s.path) for s in sites if s.vllm == "?"]
     if missing:

@@ -1,0 +1,44 @@
+"""``benchmarks/vllm_engine.py --combine``: the committed engine table is what the script renders from the
+committed raw results of its H200 calls (one release per call), and a file that is not a stage's results is
+refused with a clear line, not a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_modules import BENCHMARKS, load
+
+sys.path.insert(0, str(BENCHMARKS))  # vllm_engine imports engine_session from beside it
+load("engine_session")
+engine = load("vllm_engine")
+
+RESULTS = BENCHMARKS / "results"
+CALLS = [
+    "vllm_engine.sampler.0.24.0.json",
+    "vllm_engine.sampler.0.26.0.json",
+    "vllm_engine.firstuse.0.24.0.json",
+]
+
+
+def test_the_committed_table_is_rendered_from_the_committed_calls(tmp_path: Path) -> None:
+    assert engine.main(["--combine", *(str(RESULTS / c) for c in CALLS), "--out", str(tmp_path)]) == 0
+    rendered = (tmp_path / "vllm_engine.md").read_text()
+    assert rendered == (RESULTS / "vllm_engine.md").read_text()
+    rows = [line for line in rendered.splitlines() if line.startswith("| sampler")]
+    assert len(rows) == 9
+    assert {"0.24.0", "0.26.0"} == {row.split(" | ")[1] for row in rows}
+    assert "vLLM 0.24.0 (flashinfer-python 0.6.12), vLLM 0.26.0 (flashinfer-python 0.6.14)" in rendered
+
+
+def test_a_file_that_is_not_a_stages_results_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"rows": [{"no_such_field": 1}]}')
+    assert engine.main(["--combine", str(wrong), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{wrong} is not a stage's results" in err
+    assert not (tmp_path / "out").exists()
