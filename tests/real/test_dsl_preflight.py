@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 from test_flashinfer_cutedsl_era import (
+    RELEASES,
     SRC,
-    VERSION,
+    Release,
     _commands,
     _env,
     _envelope,
@@ -35,6 +36,15 @@ from envelope_schemas import assert_valid
 from fake_dists import record_hash
 
 __all__ = ["target", "workdir"]  # the fixtures this module uses from the CuTeDSL-era test
+FLASHINFER = RELEASES[0]  # 0.6.18: its delta_rule_dsl imports the alias this module's damage removes
+VERSION = FLASHINFER.version
+
+
+@pytest.fixture(scope="module")
+def release() -> Release:
+    """The one release the CuTeDSL-era fixtures (target, workdir) install here."""
+    return FLASHINFER
+
 
 CORE = "nvidia-cutlass-dsl-libs-core"
 SHIM = "def __getattr__"

@@ -1,15 +1,18 @@
-"""The real flashinfer-python 0.6.18 (CuTeDSL era) on this GPU-less machine, through jitguard's public pieces.
+"""The real flashinfer-python of the CuTeDSL era (0.6.18, and 0.7.4: the newest) on this GPU-less machine,
+through jitguard's public pieces; every test runs once per release.
 
-0.6.18 is installed with ``pip install --no-deps --target`` into a cached directory that shadows the system
-FlashInfer (0.6.6 here) on PYTHONPATH; every check runs in a subprocess with that environment. What the real
-package does here depends on the torch that pip chose, and the tests read which one it is:
-- the CPU build: ``import flashinfer.gdn_prefill`` raises ``AssertionError: Torch not compiled with CUDA
-  enabled`` from a module-level ``torch.cuda.get_device_properties(0)`` in
+Each release is installed with ``pip install --no-deps --target`` into a cached directory that shadows the
+system FlashInfer (0.6.6 here) on PYTHONPATH; every check runs in a subprocess with that environment. What the
+real package does here depends on the torch that pip chose, and the tests read which one it is:
+- 0.6.18 with the CPU build: ``import flashinfer.gdn_prefill`` raises ``AssertionError: Torch not compiled with
+  CUDA enabled`` from a module-level ``torch.cuda.get_device_properties(0)`` in
   ``flashinfer/gdn_kernels/gdn_decode_bf16_state.py`` (FlashInfer only catches ImportError and RuntimeError
   there), so ``import flashinfer`` fails as a whole;
-- the CUDA build (no driver here): that query raises ``RuntimeError: Found no NVIDIA driver ...``, which
-  FlashInfer catches, so the import works and the first device query after it fails.
-With those device queries answered as an H200 would, it imports with the real nvidia-cutlass-dsl 4.8.1;
+- 0.6.18 with the CUDA build (no driver here): that query raises ``RuntimeError: Found no NVIDIA driver ...``,
+  which FlashInfer catches, so the import works and the first device query after it fails;
+- 0.7.4 makes no device query at import: it imports with either build (observed), and the first device query
+  after it fails.
+With those device queries answered as an H200 would, each imports with the real nvidia-cutlass-dsl 4.8.1;
 without the DSL it fails on ``import cutlass``. The DSL is made older by a shadowing dist-info, and absent by
 ``python -S`` over a copy of site-packages without it.
 """
@@ -21,16 +24,40 @@ import os
 import site
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from filelock import FileLock
 
-VERSION = "0.6.18"
-DSL_FLOOR = ">=4.6.2a0"  # flashinfer-python 0.6.18's Requires-Dist on nvidia-cutlass-dsl
 SRC = Path(__file__).resolve().parents[2] / "src"
-ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci")) / f"flashinfer-{VERSION}"
+ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci"))
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    dsl_floor: str  # its Requires-Dist on nvidia-cutlass-dsl
+    # What ``import flashinfer.gdn_prefill`` does here, by torch build (observed; see the module docstring).
+    expected_import: dict[str, dict[str, Any]]
+
+    @property
+    def target(self) -> Path:
+        return ROOT / f"flashinfer-{self.version}"
+
+
+RELEASES = (
+    Release(
+        "0.6.18",
+        ">=4.6.2a0",
+        {
+            "cpu": {"ok": False, "type": "AssertionError", "message": "Torch not compiled with CUDA enabled"},
+            "cuda": {"ok": True},
+        },
+    ),
+    Release("0.7.4", ">=4.8.0", {"cpu": {"ok": True}, "cuda": {"ok": True}}),
+)
 TOOLCHAIN_AREA = "toolchain"
 
 # Facts and pre-flight, as `jitguard doctor` computes them, plus what the toolchain checks alone say and what
@@ -79,12 +106,6 @@ result["torch_build"] = "cuda" if torch.version.cuda else "rocm" if torch.versio
 print("RESULT " + json.dumps(result))
 """
 
-# What ``import flashinfer.gdn_prefill`` does here, by torch build (observed; see the module docstring).
-EXPECTED_IMPORT = {
-    "cpu": {"ok": False, "type": "AssertionError", "message": "Torch not compiled with CUDA enabled"},
-    "cuda": {"ok": True},
-}
-
 # The GDN backend's own load(), and the finding the resolver makes of its failure.
 BACKEND_LOAD_SCRIPT = r"""
 import json
@@ -100,7 +121,7 @@ print("RESULT " + json.dumps(result))
 """
 
 
-# The two device queries FlashInfer 0.6.18 makes at import and jitguard's _check_dsl_kernel makes, answered as
+# The device queries FlashInfer 0.6.18 makes at import (0.7.4 makes none) and jitguard's _check_dsl_kernel makes, answered as
 # an H200 would (there is no GPU here); everything else (FlashInfer, the DSL, jitguard) is the real code.
 H200_LOAD_SCRIPT = (
     r"""
@@ -112,8 +133,8 @@ torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
 )
 
 
-def _install(target: Path) -> str | None:
-    """Install flashinfer-python==VERSION into ``target`` (through a staging directory renamed into place, so
+def _install(target: Path, version: str) -> str | None:
+    """Install flashinfer-python==``version`` into ``target`` (through a staging directory renamed into place, so
     a half-finished install is never taken for a cached one); pip's output on failure, else None."""
     staging = target.with_name(target.name + ".partial")
     subprocess.run(["rm", "-rf", str(staging)], check=True)
@@ -128,7 +149,7 @@ def _install(target: Path) -> str | None:
             "--disable-pip-version-check",
             "--target",
             str(staging),
-            f"flashinfer-python=={VERSION}",
+            f"flashinfer-python=={version}",
         ],
         capture_output=True,
         text=True,
@@ -141,31 +162,37 @@ def _install(target: Path) -> str | None:
     return None
 
 
-def _installed(target: Path) -> bool:
-    return (target / f"flashinfer_python-{VERSION}.dist-info").is_dir() and (
+def _installed(target: Path, version: str) -> bool:
+    return (target / f"flashinfer_python-{version}.dist-info").is_dir() and (
         target / "flashinfer" / "gdn_prefill.py"
     ).is_file()
 
 
+@pytest.fixture(scope="module", params=RELEASES, ids=[r.version for r in RELEASES])
+def release(request: pytest.FixtureRequest) -> Release:
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
-def target() -> Path:
-    """The cached --target directory holding flashinfer-python 0.6.18 (installed on first use)."""
-    ROOT.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(ROOT.with_name(ROOT.name + ".lock")), timeout=900):
-        if not _installed(ROOT):
-            subprocess.run(["rm", "-rf", str(ROOT)], check=True)
-            error = _install(ROOT)
+def target(release: Release) -> Path:
+    """The cached --target directory holding the release (installed on first use)."""
+    root = release.target
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root.with_name(root.name + ".lock")), timeout=900):
+        if not _installed(root, release.version):
+            subprocess.run(["rm", "-rf", str(root)], check=True)
+            error = _install(root, release.version)
             if error is not None:
-                message = f"could not install flashinfer-python=={VERSION} --no-deps: {error}"
+                message = f"could not install flashinfer-python=={release.version} --no-deps: {error}"
                 if os.environ.get("CI") == "true":
                     pytest.fail(message)
                 pytest.skip(message)
-    return ROOT
+    return root
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("flashinfer-cutedsl")
+def workdir(tmp_path_factory: pytest.TempPathFactory, release: Release) -> Path:
+    return tmp_path_factory.mktemp(f"flashinfer-cutedsl-{release.version}")
 
 
 def _env(workdir: Path, *path: Path) -> dict[str, str]:
@@ -268,33 +295,35 @@ def raw_import(importing: dict[str, Ran]) -> dict[str, Any]:
 
 
 # ---- 1. facts and pre-flight ------------------------------------------------------------------------------
-def test_the_target_directory_shadows_the_system_flashinfer(report: dict[str, Any], target: Path) -> None:
-    assert report["metadata_version"] == VERSION
+def test_the_target_directory_shadows_the_system_flashinfer(
+    report: dict[str, Any], target: Path, release: Release
+) -> None:
+    assert report["metadata_version"] == release.version
     assert report["flashinfer_origin"] == str(target / "flashinfer" / "__init__.py")
     assert report["flashinfer"]["package_dir"] == str(target / "flashinfer")
 
 
-def test_facts_say_cutedsl_era_with_no_nvcc_module(report: dict[str, Any]) -> None:
+def test_facts_say_cutedsl_era_with_no_nvcc_module(report: dict[str, Any], release: Release) -> None:
     fi = report["flashinfer"]
-    assert (fi["installed"], fi["version"], fi["era"]) == (True, VERSION, "cutedsl")
+    assert (fi["installed"], fi["version"], fi["era"]) == (True, release.version, "cutedsl")
     assert fi["gdn_module"] is None
     assert fi["gdn_tu_count"] is None
     assert fi["prebuilt_gdn"] is None
 
 
-def test_facts_read_the_real_dsl_floor_and_find_it_met(report: dict[str, Any]) -> None:
+def test_facts_read_the_real_dsl_floor_and_find_it_met(report: dict[str, Any], release: Release) -> None:
     from importlib import metadata
 
     fi = report["flashinfer"]
-    assert fi["cutlass_dsl_requirement"] == DSL_FLOOR
+    assert fi["cutlass_dsl_requirement"] == release.dsl_floor
     assert fi["cutlass_dsl_version"] == metadata.version("nvidia-cutlass-dsl")  # the system's, 4.8.1 here
     assert fi["cutlass_dsl_satisfied"] is True
 
 
-def test_preflight_says_every_process_compiles(report: dict[str, Any]) -> None:
+def test_preflight_says_every_process_compiles(report: dict[str, Any], release: Release) -> None:
     finding = _only(report["findings"], "flashinfer-cutedsl-compiles-per-process")
     assert finding["severity"] == "info"
-    assert finding["evidence"] == [f"flashinfer-python {VERSION} (CuTeDSL era: >= 0.6.14)"]
+    assert finding["evidence"] == [f"flashinfer-python {release.version} (CuTeDSL era: >= 0.6.14)"]
 
 
 def test_preflight_has_no_toolchain_findings_in_the_cutedsl_era(report: dict[str, Any]) -> None:
@@ -328,20 +357,23 @@ def _first_error(raw_import: dict[str, Any]) -> str:
     return f"{failed['type']}: {failed['message']}"
 
 
-def test_importing_gdn_prefill_here_ends_as_the_torch_build_decides(raw_import: dict[str, Any]) -> None:
-    """The CPU build fails a module-level torch.cuda query in gdn_kernels/gdn_decode_bf16_state.py with an
-    AssertionError, outside FlashInfer's (ImportError, RuntimeError) guard, so it escapes and no
-    NotImplementedError is ever reached; the CUDA build raises RuntimeError there, which the guard catches."""
+def test_importing_gdn_prefill_here_ends_as_the_torch_build_decides(
+    raw_import: dict[str, Any], release: Release
+) -> None:
+    """0.6.18 with the CPU build fails a module-level torch.cuda query in gdn_kernels/gdn_decode_bf16_state.py
+    with an AssertionError, outside FlashInfer's (ImportError, RuntimeError) guard, so it escapes and no
+    NotImplementedError is ever reached; with the CUDA build it raises RuntimeError there, which the guard
+    catches. 0.7.4 imports with either."""
     # From torch.version itself: the facts' flavour is "unknown" for PyPI's default (CUDA) wheel.
     build = raw_import["torch_build"]
-    if build not in EXPECTED_IMPORT:
+    if build not in release.expected_import:
         pytest.skip(f"torch here is the {build} build: what FlashInfer's import does with it is not recorded")
     observed = {k: v for k, v in raw_import.items() if k not in ("device_query", "torch_build")}
-    assert observed == EXPECTED_IMPORT[build]
+    assert observed == release.expected_import[build]
 
 
 def test_doctor_deep_reports_the_original_import_error(
-    raw_import: dict[str, Any], importing: dict[str, Ran]
+    raw_import: dict[str, Any], importing: dict[str, Ran], release: Release
 ) -> None:
     if raw_import["ok"]:
         pytest.skip("import flashinfer.gdn_prefill works with this torch build: no import error to report")
@@ -358,7 +390,7 @@ def test_doctor_deep_reports_the_original_import_error(
     assert finding["evidence"][-1] == original  # the traceback's own last line
     assert raw_import["message"] in finding["cause"]
     assert "NotImplementedError" not in json.dumps(finding)
-    assert f"pip install --force-reinstall flashinfer-python=={VERSION}" in _commands(finding)
+    assert f"pip install --force-reinstall flashinfer-python=={release.version}" in _commands(finding)
     assert "flashinfer-cutedsl-compiles-per-process" in [f["code"] for f in flashinfer["findings"]]
 
 
@@ -386,7 +418,7 @@ def test_the_gdn_backend_load_raises_the_original_error_and_the_resolver_keeps_i
 
 
 def test_on_an_h200_the_dsl_kernel_check_finds_the_real_sm90_kernel(importing: dict[str, Ran]) -> None:
-    """With the device queries answered, 0.6.18 imports with the real DSL, and _check_dsl_kernel's map of
+    """With the device queries answered, the release imports with the real DSL, and _check_dsl_kernel's map of
     capability -> FlashInfer symbol finds the SM90 kernel (a wrong map would raise '... is unavailable')."""
     assert _result(importing["h200"]) == {"ok": True}
 
@@ -404,7 +436,7 @@ def test_on_an_h200_without_the_dsl_load_raises_the_original_import_error(
 
 # ---- 3. the nvidia-cutlass-dsl floor ----------------------------------------------------------------------
 def test_an_older_dsl_is_reported_too_old_with_the_upgrade_command(
-    target: Path, workdir: Path, tmp_path: Path
+    target: Path, workdir: Path, tmp_path: Path, release: Release
 ) -> None:
     # importlib.metadata takes the first distribution on sys.path: this one, ahead of the real 4.8.1.
     dist_info = tmp_path / "shadow" / "nvidia_cutlass_dsl-4.0.0.dist-info"
@@ -421,9 +453,9 @@ def test_an_older_dsl_is_reported_too_old_with_the_upgrade_command(
     assert finding["severity"] == "error"
     assert finding["evidence"] == [
         "nvidia-cutlass-dsl 4.0.0",
-        f"flashinfer-python {VERSION} requires nvidia-cutlass-dsl{DSL_FLOOR}",
+        f"flashinfer-python {release.version} requires nvidia-cutlass-dsl{release.dsl_floor}",
     ]
-    assert _commands(finding) == [f"pip install -U 'nvidia-cutlass-dsl{DSL_FLOOR}'"]
+    assert _commands(finding) == [f"pip install -U 'nvidia-cutlass-dsl{release.dsl_floor}'"]
     assert "cutlass-dsl-missing" not in [f["code"] for f in findings]
 
 
@@ -443,22 +475,22 @@ def _site_without_the_dsl(directory: Path) -> Path:
 
 
 def test_a_missing_dsl_is_reported_with_the_install_command(
-    target: Path, workdir: Path, fake_site: Path
+    target: Path, workdir: Path, fake_site: Path, release: Release
 ) -> None:
     env = _env(workdir, target, SRC, fake_site)
     code, envelope = _envelope(_python(_doctor_args(flags=("-S",)), env, workdir))
 
     assert code == 1
     fi = envelope["facts"]["flashinfer"]
-    assert (fi["version"], fi["era"], fi["cutlass_dsl_version"]) == (VERSION, "cutedsl", None)
+    assert (fi["version"], fi["era"], fi["cutlass_dsl_version"]) == (release.version, "cutedsl", None)
     findings = envelope["backends"]["flashinfer"]["findings"]
     finding = _only(findings, "cutlass-dsl-missing")
     assert finding["severity"] == "error"
     assert finding["evidence"] == [
         "importlib.metadata: no 'nvidia-cutlass-dsl' distribution",
-        f"flashinfer-python {VERSION} requires nvidia-cutlass-dsl{DSL_FLOOR}",
+        f"flashinfer-python {release.version} requires nvidia-cutlass-dsl{release.dsl_floor}",
     ]
-    assert _commands(finding)[0] == f"pip install 'nvidia-cutlass-dsl{DSL_FLOOR}'"
+    assert _commands(finding)[0] == f"pip install 'nvidia-cutlass-dsl{release.dsl_floor}'"
     assert "cutlass-dsl-too-old" not in [f["code"] for f in findings]
 
 
