@@ -7,6 +7,9 @@
 #           router GEMM once the DSL is importable, and make_payload.sh leaves out; 0.6.0 pins the DSL at 4.6.0)
 #   op      tests/gpu/test_cutedsl_kernel_cache.py + benchmarks/cutedsl_cache.py   -> $OUT
 #   engine  benchmarks/cutedsl_engine.py (vLLM 0.26 engines, stock vs jitguard)    -> $OUT
+# The op alone on another FlashInfer (no vLLM; e.g. 0.7.4, the newest): build its 2-part payload here with
+# `bash benchmarks/cutedsl_payload.sh 0.7.4 4.8.1 .gpu/fi074`, carry part.0 + unpack.py + the zstandard wheel,
+# then part.1 and unpack it into /tmp/site (its header says how), then `op`.
 set -u
 step=$1
 # pip --target skips the DSL's .pth file: its packages go on the path by hand.
