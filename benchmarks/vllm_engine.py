@@ -543,13 +543,14 @@ def combine(paths: list[Path], out: Path) -> int:
         try:
             record = json.loads(path.read_text())
             found = [Row(**r) for r in record["rows"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"vllm_engine.py: {path} is not a stage's results ({exc})", file=sys.stderr)
+            machine, said = dict(record["machine"]), [str(n) for n in record["notes"]]
+            releases.update({r["vllm"]: r for r in machine.get("releases", [])})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"vllm_engine.py: {path} is not a stage's results ({exc!r})", file=sys.stderr)
             return 2
-        info = info or record["machine"]
-        releases.update({r["vllm"]: r for r in record["machine"].get("releases", [])})
+        info = info or machine
         rows += found
-        notes += [f"{path.name}: {n}" for n in record["notes"]]
+        notes += [f"{path.name}: {n}" for n in said]
     info["releases"] = list(releases.values())
     out.mkdir(parents=True, exist_ok=True)
     (out / "vllm_engine.md").write_text(render(rows, info, notes) + "\n")

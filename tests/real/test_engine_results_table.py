@@ -33,12 +33,23 @@ def test_the_committed_table_is_rendered_from_the_committed_calls(tmp_path: Path
     assert "vLLM 0.24.0 (flashinfer-python 0.6.12), vLLM 0.26.0 (flashinfer-python 0.6.14)" in rendered
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"rows": [{"no_such_field": 1}]}',  # a row of something else
+        '{"rows": [], "notes": []}',  # no machine
+        "[1, 2]",  # not a record
+        '{"rows": [], "notes": [], "machine": {"releases": [1]}}',  # a release that is not one
+        "not json",
+    ],
+)
 def test_a_file_that_is_not_a_stages_results_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
 ) -> None:
+    good = RESULTS / CALLS[0]
     wrong = tmp_path / "wrong.json"
-    wrong.write_text('{"rows": [{"no_such_field": 1}]}')
-    assert engine.main(["--combine", str(wrong), "--out", str(tmp_path / "out")]) == 2
+    wrong.write_text(text)
+    assert engine.main(["--combine", str(good), str(wrong), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"{wrong} is not a stage's results" in err
     assert not (tmp_path / "out").exists()
