@@ -65,7 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -533,8 +533,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def combine(paths: list[Path], out: Path) -> int:
-    """Render one table from the stage results of several calls (their rows in the order given)."""
+def combine(paths: list[Path], out: Path, after: Sequence[str] = ()) -> int:
+    """Render one table from the stage results of one or more calls (their rows in the order given, the
+    releases of them all in the header), ``after``: notes to end with."""
     rows: list[Row] = []
     notes: list[str] = []
     info: dict[str, Any] = {}
@@ -553,7 +554,7 @@ def combine(paths: list[Path], out: Path) -> int:
         notes += [f"{path.name}: {n}" for n in said]
     info["releases"] = list(releases.values())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "vllm_engine.md").write_text(render(rows, info, notes) + "\n")
+    (out / "vllm_engine.md").write_text(render(rows, info, [*notes, *after]) + "\n")
     print(f"wrote {out}/vllm_engine.md ({sum(r.ok for r in rows)}/{len(rows)} as expected)")
     return 0
 
@@ -590,18 +591,13 @@ def main(argv: list[str] | None = None) -> int:
         record = {"machine": info, "notes": notes, "rows": [asdict(r) for r in rows]}
         KEPT.mkdir(parents=True, exist_ok=True)
         (KEPT / f"vllm_engine.{stage}.json").write_text(json.dumps(record, indent=2) + "\n")
-    table: list[Row] = []
-    remarks: list[str] = []
-    for stage in STAGES:  # this call's stages and an earlier call's, kept while the host is warm
-        path = KEPT / f"vllm_engine.{stage}.json"
-        if path.exists():
-            record = json.loads(path.read_text())
-            table += [Row(**r) for r in record["rows"]]
-            remarks += record["notes"]
-            shutil.copy(path, args.out / path.name)
-    remarks.append(f"the whole run: {time.monotonic() - run.budget.started:.0f} s (budget {args.budget:g} s)")
-    (args.out / "vllm_engine.md").write_text(render(table, info, remarks) + "\n")
-    print(f"wrote {args.out}/vllm_engine.md ({sum(r.ok for r in table)}/{len(table)} as expected)")
+    # This call's stages and an earlier call's (perhaps of another release), kept while the host is warm.
+    kept = [path for stage in STAGES if (path := KEPT / f"vllm_engine.{stage}.json").exists()]
+    for path in kept:
+        shutil.copy(path, args.out / path.name)
+    whole = f"the whole run: {time.monotonic() - run.budget.started:.0f} s (budget {args.budget:g} s)"
+    if combine(kept, args.out, after=[whole]) != 0:
+        return 2
     return 0 if ok else 1
 
 

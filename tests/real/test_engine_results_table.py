@@ -4,15 +4,15 @@ refused with a clear line, not a traceback."""
 
 from __future__ import annotations
 
-import sys
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from benchmark_modules import BENCHMARKS, load
 
-sys.path.insert(0, str(BENCHMARKS))  # vllm_engine imports engine_session from beside it
-load("engine_session")
+load("engine_session")  # vllm_engine imports it from beside it: registered first, it is found
 engine = load("vllm_engine")
 
 RESULTS = BENCHMARKS / "results"
@@ -53,3 +53,32 @@ def test_a_file_that_is_not_a_stages_results_is_refused(
     err = capsys.readouterr().err
     assert f"{wrong} is not a stage's results" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_tables_an_earlier_calls_stage_with_both_releases_in_the_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier call on the warm host ran another release (its stage kept in KEPT); this call's table holds
+    both calls' rows, and its header names both releases, not only this call's."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "vllm_engine.firstuse.json").write_text((RESULTS / CALLS[2]).read_text())  # 0.24.0
+    this_call = json.loads((RESULTS / CALLS[1]).read_text())  # 0.26.0: what the sampler stage "ran"
+    site = SimpleNamespace(vllm="0.26.0", flashinfer="0.6.14", path=Path("/tmp/site"))
+    monkeypatch.setattr(engine, "KEPT", kept)
+    monkeypatch.setattr(engine.Site, "of", staticmethod(lambda path: site))
+    monkeypatch.setattr(engine, "restore_leftovers", lambda: None)
+    monkeypatch.setattr(engine, "machine", lambda sites: dict(this_call["machine"]))
+    monkeypatch.setitem(
+        engine.STAGE_RUNNERS, "sampler", lambda run, notes: [engine.Row(**r) for r in this_call["rows"]]
+    )
+    out = tmp_path / "out"
+    assert engine.main(["--stage", "sampler", "--site", "/tmp/site", "--out", str(out)]) == 0
+    rendered = (out / "vllm_engine.md").read_text()
+    assert "vLLM 0.26.0 (flashinfer-python 0.6.14), vLLM 0.24.0 (flashinfer-python 0.6.12)" in rendered
+    rows = [line.split(" | ")[1] for line in rendered.splitlines() if line.startswith("| sampler")]
+    assert rows == ["0.26.0"] * 3 + ["0.24.0"] * 3
+    assert sorted(p.name for p in out.glob("*.json")) == [
+        "vllm_engine.firstuse.json",
+        "vllm_engine.sampler.json",
+    ]
