@@ -547,7 +547,11 @@ def combine(paths: list[Path], out: Path, after: Sequence[str] = ()) -> int:
             machine, said = dict(record["machine"]), [str(n) for n in record["notes"]]
             releases.update({r["vllm"]: r for r in machine.get("releases", [])})
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            print(f"vllm_engine.py: {path} is not a stage's results ({exc!r})", file=sys.stderr)
+            print(
+                f"vllm_engine.py: {path} is not a stage's results ({exc!r}); give the "
+                "vllm_engine.<stage>.json files a run wrote to its --out",
+                file=sys.stderr,
+            )
             return 2
         info = info or machine
         rows += found
