@@ -16,11 +16,11 @@ load("engine_session")  # vllm_engine imports it from beside it: registered firs
 engine = load("vllm_engine")
 
 RESULTS = BENCHMARKS / "results"
-CALLS = [
-    "vllm_engine.sampler.0.24.0.json",
-    "vllm_engine.sampler.0.26.0.json",
-    "vllm_engine.firstuse.0.24.0.json",
-]
+GDN_024 = "vllm_engine.gdn.0.24.0.json"
+SAMPLER_024 = "vllm_engine.sampler.0.24.0.json"
+SAMPLER_026 = "vllm_engine.sampler.0.26.0.json"
+FIRSTUSE_024 = "vllm_engine.firstuse.0.24.0.json"
+CALLS = [GDN_024, SAMPLER_024, SAMPLER_026, FIRSTUSE_024]  # the order the committed table holds them in
 
 
 def test_the_committed_table_is_rendered_from_the_committed_calls(tmp_path: Path) -> None:
@@ -30,6 +30,13 @@ def test_the_committed_table_is_rendered_from_the_committed_calls(tmp_path: Path
     rows = [line for line in rendered.splitlines() if line.startswith("| sampler")]
     assert len(rows) == 9
     assert {"0.24.0", "0.26.0"} == {row.split(" | ")[1] for row in rows}
+    gdn = [line.split(" | ") for line in rendered.splitlines() if line.startswith("| gdn")]
+    assert [row[2] for row in gdn] == [
+        "stock, auto",
+        "jitguard, auto",
+        "jitguard, --gdn-prefill-backend flashinfer",
+    ]
+    assert all(row[-1].startswith("yes") for row in gdn)
     assert "vLLM 0.24.0 (flashinfer-python 0.6.12), vLLM 0.26.0 (flashinfer-python 0.6.14)" in rendered
 
 
@@ -46,7 +53,7 @@ def test_the_committed_table_is_rendered_from_the_committed_calls(tmp_path: Path
 def test_a_file_that_is_not_a_stages_results_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
 ) -> None:
-    good = RESULTS / CALLS[0]
+    good = RESULTS / SAMPLER_024
     wrong = tmp_path / "wrong.json"
     wrong.write_text(text)
     assert engine.main(["--combine", str(good), str(wrong), "--out", str(tmp_path / "out")]) == 2
@@ -62,8 +69,8 @@ def test_a_run_tables_an_earlier_calls_stage_with_both_releases_in_the_header(
     both calls' rows, and its header names both releases, not only this call's."""
     kept = tmp_path / "kept"
     kept.mkdir()
-    (kept / "vllm_engine.firstuse.json").write_text((RESULTS / CALLS[2]).read_text())  # 0.24.0
-    this_call = json.loads((RESULTS / CALLS[1]).read_text())  # 0.26.0: what the sampler stage "ran"
+    (kept / "vllm_engine.firstuse.json").write_text((RESULTS / FIRSTUSE_024).read_text())
+    this_call = json.loads((RESULTS / SAMPLER_026).read_text())  # what the sampler stage "ran"
     site = SimpleNamespace(vllm="0.26.0", flashinfer="0.6.14", path=Path("/tmp/site"))
     monkeypatch.setattr(engine, "KEPT", kept)
     monkeypatch.setattr(engine.Site, "of", staticmethod(lambda path: site))
