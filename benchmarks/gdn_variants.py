@@ -23,7 +23,8 @@ Wall: the build command's. CPU: user + system of the command and every process i
 build compiled. The reference for ``subset``/``lazy`` is ROOT's saved tensors when the machine is still
 warm; otherwise the digests of the ``full`` row in ``--reference`` (bitwise only). A fresh ``$OUT`` starts
 from the rows in ``--reference`` (default benchmarks/results/gdn_variants.jsonl), so copying what each call
-brings back there keeps one table across calls.
+brings back there keeps one table across calls. ``GDN_VARIANTS_NOTE``: a note kept with the build row (what
+else ran on the host, say) and printed under the table.
 
     python benchmarks/gdn_variants.py full|subset|lazy|render --flashinfer 0.6.6 [--root DIR] [--out DIR]
 
@@ -51,7 +52,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))  # jit_build's Sampler and machine()
 try:
     import jitguard  # noqa: F401
 except ImportError:  # a checkout without `pip install -e .`: this process and its workers use src/
@@ -106,6 +106,7 @@ def build(
         "stage": kind,
         "flashinfer": version,
         "resumed": resume,
+        **({"note": os.environ["GDN_VARIANTS_NOTE"]} if os.environ.get("GDN_VARIANTS_NOTE") else {}),
         **measured([sys.executable, "-m", "jitguard", *args], env, log),
     }
     text = log.read_text()
@@ -458,6 +459,8 @@ def write_markdown(out: Path) -> None:
             f"| {r['flashinfer']} | {r.get('module')} | {r.get('tus_compiled')} | {r.get('jobs')} | {r['wall_s']} | "
             f"{r['cpu_s']} | {r['peak_rss_bytes'] / GIB:.1f} | {r.get('max_cicc')} | {r.get('status')}{calls} |"
         )
+    notes = [f"- {r['flashinfer']} {r.get('module')}: {r['note']}" for r in builds if r.get("note")]
+    lines += ["", *notes] if notes else []
     lines += [
         "",
         "Subset / full, per FlashInfer version (goal: CPU and memory <= 1/8, wall <= one compile wave):",
@@ -643,6 +646,7 @@ def main() -> int:
         help="full: go on with the build an earlier call left at its timeout (same machine, still warm)",
     )
     args = parser.parse_args()
+    sys.path.insert(0, str(HERE))  # jit_build's Sampler and machine(), beside this script
     if args.stage == "_worker":
         print(json.dumps(worker(args.mode, args.root, args.flashinfer)))
         return 0

@@ -13,7 +13,7 @@
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.6 full          # ~5 min: cold full module + reference outputs
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.6 subset lazy   # ~7 min: --plan, cold subset, numerics, guard, lazy
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 full         # 66 files: stops at its 520 s timeout (48 done)
-#   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 resume       # the next call, warm: the rest (~4 min) + reference
+#   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 resume       # the next call, warm: the rest (202 s) + reference
 #   OUT=$OUT bash benchmarks/gdn_variants.sh 0.6.12 subset       # ~4 min
 # (`resume` goes on with the workspace the timed-out `full` left; the table adds the two calls up.)
 set -uo pipefail
