@@ -8,7 +8,9 @@ Rows, each a fresh engine (``benchmarks/vllm_engine_start.py serve MODEL flashin
 killed by process group after): stock (warms Triton's and vLLM's own caches), jitguard with an empty kernel
 cache (cold), jitguard again (warm), stock again (every other cache as warm as for the warm rows), jitguard
 again. vLLM logs to stdout: the jitguard lines of both streams are kept.
-``JITGUARD_DISABLE=1`` makes a row stock: the plugin and the hook step aside.
+``JITGUARD_DISABLE=1`` makes a row stock: the plugin and the hook step aside. The run keeps within ``--budget``
+seconds (one device call): each engine gets what is left of it (at most 420 s), a row is not started with less
+than 60 s left, and the results are rewritten after every row, so a run cut short keeps the rows it finished.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ ROWS = (
     ("stock after", True),
     ("jitguard warm again", False),
 )
-LIMIT_S = 420
+LIMIT_S = 420  # one engine, at most
+MIN_ROW_S = 60.0  # a row with less of the budget left than this is not started
 
 
-def start_engine(model: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
+def start_engine(model: Path, env: dict[str, str], log: Path, limit_s: float = LIMIT_S) -> dict[str, Any]:
     t0 = time.monotonic()
     with open(log, "w") as handle:
         proc = subprocess.Popen(
@@ -52,7 +55,7 @@ def start_engine(model: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
         )
         result: dict[str, Any] = {}
         try:
-            out, _ = proc.communicate(timeout=LIMIT_S)
+            out, _ = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
             out = ""
             result["timed_out"] = True
@@ -78,11 +81,15 @@ def start_engine(model: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cutedsl_engine"))
-    args = parser.parse_args()
+    parser.add_argument(
+        "--budget", type=float, default=540.0, help="seconds for the whole run (default 540: one device call)"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
@@ -90,35 +97,51 @@ def main() -> None:
     subprocess.run([sys.executable, str(HERE / "vllm_engine_start.py"), "model", str(model)], check=True)
     cache = work / "jitguard-cache"
     subprocess.run(["rm", "-rf", str(cache)], check=True)
+    meta = run_meta()
     rows: list[dict[str, Any]] = []
     for i, (label, stock) in enumerate(ROWS):
+        left = args.budget - (time.monotonic() - started)
+        if left < MIN_ROW_S:
+            meta["skipped"] = [name for name, _ in ROWS[i:]]
+            print(f"{label} and the rows after it not started: {left:.0f} s of the budget left", flush=True)
+            break
         env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), "VLLM_USE_FLASHINFER_SAMPLER": "0"}
         env.pop("JITGUARD_DISABLE", None)
         if stock:
             env["JITGUARD_DISABLE"] = "1"
-        row = {"label": label, **start_engine(model, env, work / f"engine-{i}.log")}
+        row = {"label": label, **start_engine(model, env, work / f"engine-{i}.log", min(LIMIT_S, left))}
         row["kernels_kept"] = len(list((cache / "kernels").glob("*.o")))  # what the next row can load
         rows.append(row)
         print(
             label, json.dumps({k: row.get(k) for k in ("exit", "ready_s", "ttft_s", "generated")}), flush=True
         )
+        write_results(args.out, meta, rows)
+    write_results(args.out, meta, rows)
+
+
+def run_meta() -> dict[str, Any]:
     versions = {}
     for dist in ("vllm", "flashinfer-python", "nvidia-cutlass-dsl", "torch"):
         try:
             versions[dist] = version(dist)
         except PackageNotFoundError:
             versions[dist] = "-"
-    meta = {
+    return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "versions": versions,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".jsonl"), "w") as handle:
+
+
+def write_results(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """``out``.jsonl (the meta line, then one line per engine) and ``out``.md, from the rows so far."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".jsonl"), "w") as handle:
         handle.write(json.dumps({"meta": meta}) + "\n")
         for row in rows:
             handle.write(json.dumps(row) + "\n")
+    versions = meta["versions"]
     lines = [
         "# vLLM engine start with FlashInfer's CuTeDSL GDN prefill: stock vs jitguard's kernel cache",
         "",
@@ -137,11 +160,13 @@ def main() -> None:
             f"| {row['label']} | {ready} | {ttft} | {row.get('generated', '-')} | {row['exit']} | "
             f"{row.get('kernels_kept', '-')} |"
         )
+    if meta.get("skipped"):
+        lines += ["", f"Not started (the run's budget was spent): {', '.join(meta['skipped'])}."]
     lines += ["", "What the engines logged about jitguard and CuTeDSL:", ""]
     for row in rows:
         for line in row.get("log", []) or row.get("tail", []):
             lines.append(f"- {row['label']}: `{line.strip()[:220]}`")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
