@@ -607,7 +607,7 @@ def stage_lazy(version: str, root: Path, out: Path, env: dict[str, str], referen
     reference = _reference(version, out, reference_file)
     ws = {**env, "FLASHINFER_WORKSPACE_BASE": str(root / version / "subset")}
     result = run_worker("lazy", version, root, ws, out)
-    first = next(iter(result.get("outputs", {}).values()), {})
+    first: dict[str, Any] = next(iter(result.get("outputs", {}).values()), {})
     append(
         out,
         [

@@ -78,7 +78,6 @@ HIDDEN = ".jitguard-hidden"
 LEDGER = Path("/tmp/jitguard-bench-hidden-libcuda.json")  # what is hidden now, for a run killed hard
 START = Path(__file__).with_name("vllm_engine_start.py")  # one engine start, and the model it serves
 SRC = Path(__file__).resolve().parents[1] / "src"  # this tree's jitguard, first on every engine's path
-LOGS: list[Path] = []  # where each engine's whole output goes (set by main: <out>/logs)
 KEPT = Path("/tmp/jitguard-vllm-engine-results")  # each stage's rows, across calls while the host stays warm
 STAGES = ("gdn", "sampler", "firstuse")
 SAMPLER_MODELS = {
@@ -159,9 +158,17 @@ class Budget:
 
 # ---- one engine start -------------------------------------------------------------------------------------
 def run_engine(
-    row: Row, site: Site, model: Path, env: dict[str, str], gdn: str, sampling: str, budget: Budget
+    row: Row,
+    site: Site,
+    model: Path,
+    env: dict[str, str],
+    how: tuple[str, str],
+    budget: Budget,
+    logs: Path | None = None,
 ) -> Row | None:
-    """Start one engine under ``row.limit_s`` (or what the budget has left); None when there is no time."""
+    """Start one engine (``how``: GDN prefill backend, sampling) under ``row.limit_s`` (or what the budget has
+    left), its whole output kept in ``logs``; None when there is no time."""
+    gdn, sampling = how
     row.vllm = site.vllm
     row.limit_s = round(min(row.limit_s, budget.left()), 1)
     if row.limit_s < MIN_ROW_S:
@@ -176,9 +183,9 @@ def run_engine(
         ]
         if KEEP.search(line) and len(row.lines) < 12:
             row.lines.append(f"[{seconds:6.1f} s] {line[:400]}")
-    if LOGS:
+    if logs is not None:
         slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{row.stage} {row.vllm} {row.name}").strip("-")
-        log = LOGS[0] / f"{slug}.log"
+        log = logs / f"{slug}.log"
         log.write_text(done.tail(min(len(done.lines), 4000)) + "\n")  # the last 4000 lines
         row.log = f"logs/{log.name}"
     row.exit = "limit" if done.timed_out else str(done.status)
@@ -302,6 +309,7 @@ class Run:
     sites: list[Site]
     budget: Budget
     sampler_model: str
+    logs: Path | None = None  # each engine's whole output, to read what the table only sums up
     models: dict[tuple[str, str], Path] = field(default_factory=dict)
 
     def model(self, site: Site, kind: str) -> Path:
@@ -338,9 +346,8 @@ class Run:
         self, rows: list[Row], notes: list[str], row: Row, site: Site, env: dict[str, str], **how: str
     ) -> None:
         model = self.model(site, how.get("model", "qwen3-next"))
-        done = run_engine(
-            row, site, model, env, how.get("gdn", "auto"), how.get("sampling", "greedy"), self.budget
-        )
+        backends = (how.get("gdn", "auto"), how.get("sampling", "greedy"))
+        done = run_engine(row, site, model, env, backends, self.budget, self.logs)
         if done is None:
             notes.append(
                 f"{row.stage} | vLLM {site.vllm} | {row.name}: not started, under {MIN_ROW_S:g} s of the "
@@ -577,11 +584,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     restore_leftovers()
     args.out.mkdir(parents=True, exist_ok=True)
-    LOGS.append(args.out / "logs")  # the whole output of every engine, to read what the table only sums up
-    LOGS[0].mkdir(exist_ok=True)
-    run = Run(
-        Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-")), sites, Budget(args.budget), args.sampler_model
-    )
+    logs = args.out / "logs"
+    logs.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="jitguard-vllm-engine-"))
+    run = Run(work, sites, Budget(args.budget), args.sampler_model, logs)
     info = machine(sites)
     info["sampler_model"] = args.sampler_model
     stages = STAGES if args.stage == "all" else (args.stage,)
