@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PROBE = (
@@ -30,7 +31,7 @@ PROBE = (
 )
 
 
-def probe(cache_dir: str) -> dict[str, object]:
+def probe(cache_dir: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", PROBE, cache_dir], capture_output=True, text=True, check=True
     )
@@ -43,7 +44,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
-    rows: dict[str, list[dict[str, object]]] = {"cold": [], "warm": []}
+    rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as cache:
             rows["cold"].append(probe(cache))  # an empty cache dir: everything hashed, then kept
@@ -63,7 +64,7 @@ def main() -> int:
         "|---|---|---|---|---|",
     ]
     for name, runs in rows.items():
-        seconds = [float(r["seconds"]) for r in runs]  # type: ignore[arg-type]
+        seconds = [float(r["seconds"]) for r in runs]
         lines.append(
             f"| {name} | {statistics.median(seconds):.3f} | {min(seconds):.3f} - {max(seconds):.3f} | "
             f"{runs[0]['bytes']:,} | {all(r['intact'] for r in runs)} |"
