@@ -29,6 +29,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from engine_session import MIN_ROW_S, Budget  # beside this script
+
 HERE = Path(__file__).resolve().parent
 # Stock again after the warm rows: every other cache (Triton, vLLM's own) is as warm for it as for them.
 ROWS = (
@@ -39,7 +41,6 @@ ROWS = (
     ("jitguard warm again", False),
 )
 LIMIT_S = 420  # one engine, at most
-MIN_ROW_S = 60.0  # a row with less of the budget left than this is not started
 
 
 def start_engine(model: Path, env: dict[str, str], log: Path, limit_s: float = LIMIT_S) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         "--budget", type=float, default=540.0, help="seconds for the whole run (default 540: one device call)"
     )
     args = parser.parse_args(argv)
-    started = time.monotonic()
+    budget = Budget(args.budget)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
@@ -100,10 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     meta = run_meta()
     rows: list[dict[str, Any]] = []
     for i, (label, stock) in enumerate(ROWS):
-        left = args.budget - (time.monotonic() - started)
+        left = budget.left()
         if left < MIN_ROW_S:
             meta["skipped"] = [name for name, _ in ROWS[i:]]
             print(f"{label} and the rows after it not started: {left:.0f} s of the budget left", flush=True)
+            write_results(args.out, meta, rows)
             break
         env = {**os.environ, "JITGUARD_CACHE_DIR": str(cache), "VLLM_USE_FLASHINFER_SAMPLER": "0"}
         env.pop("JITGUARD_DISABLE", None)
@@ -116,7 +118,6 @@ def main(argv: list[str] | None = None) -> None:
             label, json.dumps({k: row.get(k) for k in ("exit", "ready_s", "ttft_s", "generated")}), flush=True
         )
         write_results(args.out, meta, rows)
-    write_results(args.out, meta, rows)
 
 
 def run_meta() -> dict[str, Any]:

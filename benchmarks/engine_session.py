@@ -25,6 +25,20 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+MIN_ROW_S = 60.0  # an engine start with less than this left of its run's budget is not begun
+
+
+class Budget:
+    """A run's seconds (one device call) shared by its engine starts: each gets at most what is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+
 # The stages of one engine start, in order, each with the first log line that shows it began.
 STAGES: tuple[tuple[str, re.Pattern[str] | None], ...] = (
     ("importing vLLM and building its config", None),

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 import engine_session  # beside this script
+from engine_session import MIN_ROW_S, Budget
 
 BROKEN_NVCC_FLAG = "--jitguard-bench-no-such-nvcc-flag"
 HIDDEN = ".jitguard-hidden"
@@ -84,7 +85,6 @@ SAMPLER_MODELS = {
     "qwen3": "a 2-layer dense Qwen3 (nothing for Triton to compile cold but attention)",
     "qwen3-next": "the same Qwen3-Next (GDN on Triton)",
 }
-MIN_ROW_S = 60.0  # a row with less time than this left in the budget is not started
 # Lines worth keeping from an engine's log (jitguard's, FlashInfer's JIT, and the errors that end a start).
 KEEP = re.compile(
     r"jitguard: |JIT-compiled|cannot find -l|Build of |ninja: build stopped|Error|error:|Using .* (GDN|sampl)"
@@ -145,30 +145,19 @@ class Row:
     log: str = ""  # the engine's whole output, under --out (logs/)
 
 
-class Budget:
-    """The whole run's seconds: each row gets at most what is left."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.started = time.monotonic()
-
-    def left(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
-
-
 # ---- one engine start -------------------------------------------------------------------------------------
 def run_engine(
     row: Row,
     site: Site,
     model: Path,
     env: dict[str, str],
-    how: tuple[str, str],
+    gdn: str,
+    sampling: str,
     budget: Budget,
-    logs: Path | None = None,
+    logs: Path,
 ) -> Row | None:
-    """Start one engine (``how``: GDN prefill backend, sampling) under ``row.limit_s`` (or what the budget has
-    left), its whole output kept in ``logs``; None when there is no time."""
-    gdn, sampling = how
+    """Start one engine under ``row.limit_s`` (or what the budget has left), its whole output kept in
+    ``logs``; None when there is no time."""
     row.vllm = site.vllm
     row.limit_s = round(min(row.limit_s, budget.left()), 1)
     if row.limit_s < MIN_ROW_S:
@@ -183,11 +172,10 @@ def run_engine(
         ]
         if KEEP.search(line) and len(row.lines) < 12:
             row.lines.append(f"[{seconds:6.1f} s] {line[:400]}")
-    if logs is not None:
-        slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{row.stage} {row.vllm} {row.name}").strip("-")
-        log = logs / f"{slug}.log"
-        log.write_text(done.tail(min(len(done.lines), 4000)) + "\n")  # the last 4000 lines
-        row.log = f"logs/{log.name}"
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{row.stage} {row.vllm} {row.name}").strip("-")
+    log = logs / f"{slug}.log"
+    log.write_text(done.tail(min(len(done.lines), 4000)) + "\n")  # the last 4000 lines
+    row.log = f"logs/{log.name}"
     row.exit = "limit" if done.timed_out else str(done.status)
     row.ready_s, row.ttft_s, row.generated = done.ready_s, done.ttft_s, done.generated
     row.ended_in = f"{done.stage} (from {done.stage_s:g} s)"
@@ -309,7 +297,7 @@ class Run:
     sites: list[Site]
     budget: Budget
     sampler_model: str
-    logs: Path | None = None  # each engine's whole output, to read what the table only sums up
+    logs: Path  # each engine's whole output, to read what the table only sums up
     models: dict[tuple[str, str], Path] = field(default_factory=dict)
 
     def model(self, site: Site, kind: str) -> Path:
@@ -346,8 +334,8 @@ class Run:
         self, rows: list[Row], notes: list[str], row: Row, site: Site, env: dict[str, str], **how: str
     ) -> None:
         model = self.model(site, how.get("model", "qwen3-next"))
-        backends = (how.get("gdn", "auto"), how.get("sampling", "greedy"))
-        done = run_engine(row, site, model, env, backends, self.budget, self.logs)
+        gdn, sampling = how.get("gdn", "auto"), how.get("sampling", "greedy")
+        done = run_engine(row, site, model, env, gdn, sampling, self.budget, self.logs)
         if done is None:
             notes.append(
                 f"{row.stage} | vLLM {site.vllm} | {row.name}: not started, under {MIN_ROW_S:g} s of the "

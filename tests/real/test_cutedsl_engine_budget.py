@@ -13,6 +13,7 @@ import pytest
 
 from benchmark_modules import load
 
+session = load("engine_session")  # cutedsl_engine imports its Budget from beside it: registered first
 engine = load("cutedsl_engine")
 
 
@@ -37,7 +38,7 @@ def test_rows_share_the_budget_and_each_row_is_kept_as_it_ends(
             "log": [f"jitguard: {env.get('JITGUARD_DISABLE')}"],
         }
 
-    monkeypatch.setattr(engine, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(session, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # the budget's clock
     monkeypatch.setattr(engine, "subprocess", SimpleNamespace(run=lambda *args, **kwargs: None))
     monkeypatch.setattr(engine, "start_engine", start)
     engine.main(["--work", str(tmp_path / "work"), "--out", str(out), "--budget", "330"])
