@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -542,8 +543,14 @@ print("RESULT " + json.dumps({
 def test_install_routes_flashinfers_compile_cache_and_the_real_dsl_round_trips(
     target: Path, workdir: Path
 ) -> None:
+    """The cache root is moved to another path between the two processes, as a copy to another host or a
+    cache restored under another root would be: the DSL's own cache dir and log level (paths and output
+    settings, not code) differ too, and the kernel is still loaded, not compiled."""
+    first_root, moved_root = workdir / "kernel-cache-test", workdir / "moved" / "kernel-cache-test"
+    shutil.rmtree(workdir / "moved", ignore_errors=True)
     env = _env(workdir, target, SRC)
-    env["JITGUARD_CACHE_DIR"] = str(workdir / "kernel-cache-test")
+    env["JITGUARD_CACHE_DIR"] = str(first_root / "jitguard")
+    env["CUTE_DSL_CACHE_DIR"] = str(first_root / "cute-dsl")
     script = workdir / "routed.py"  # the DSL compiles from source files only
     script.write_text(ROUTED_SCRIPT)
     cold_code, cold_out, cold_err = _python([str(script)], env, workdir)
@@ -551,9 +558,14 @@ def test_install_routes_flashinfers_compile_cache_and_the_real_dsl_round_trips(
     assert cold["routed"] and cold["sm90_binding_routed"]
     assert cold["same_object_again"] and cold["in_flashinfers_dict"] == 1
     assert "kept the CuTeDSL kernel Tiny(alpha)" in cold_err, cold_err[-4000:]
-    objects = list((workdir / "kernel-cache-test" / "kernels").glob("*.o"))
+    objects = list((first_root / "jitguard" / "kernels").glob("*.o"))
     assert len(objects) == 1 and objects[0].read_bytes()[:4] == b"\x7fELF"
 
+    moved_root.parent.mkdir(parents=True)
+    first_root.rename(moved_root)
+    env["JITGUARD_CACHE_DIR"] = str(moved_root / "jitguard")
+    env["CUTE_DSL_CACHE_DIR"] = str(moved_root / "cute-dsl")
+    env["CUTE_DSL_LOG_LEVEL"] = "40"
     warm_code, warm_out, warm_err = _python([str(script)], env, workdir)
     warm = _result((warm_code, warm_out, warm_err))
     assert "loaded the CuTeDSL kernel Tiny(alpha) from the kernel cache" in warm_err, warm_err[-4000:]

@@ -13,7 +13,8 @@ import jitguard
 PACKAGE = Path(jitguard.__file__).parent
 # Lowest first. `config`, `errors`, `fileio` (trusted file I/O) and `redaction` are the ground every stage stands on; `report` holds pure renderers
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
-# `state` is the record the build stage writes; the op (`gdn`) uses decision, state and the build stage;
+# `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
+# snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
 # the engine integrations use the op; the CLI sits on top of everything.
 STAGES = (
     ("config", "errors", "fileio", "redaction"),
@@ -22,6 +23,7 @@ STAGES = (
     ("decision",),
     ("report",),
     ("state",),
+    ("fleet",),
     ("supervise",),
     ("gdn",),
     ("integrations",),

@@ -230,7 +230,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.publish and shared is not None:
         outcomes.append(shared.publish(args.publish, {"command": "jitguard build ninja"}))
     elif args.publish:
-        from jitguard.supervise.shared_build import ShareOutcome
+        from jitguard.fleet.module_share import ShareOutcome
 
         outcomes.append(
             ShareOutcome("publish", "failed", args.publish, "the project's artifacts are unknown")
@@ -288,7 +288,7 @@ def _ninja_share(args: argparse.Namespace, ninja_file: Path, module: str, share_
     from jitguard.config import Settings
     from jitguard.facts import collect
     from jitguard.facts.build_identity import of_facts
-    from jitguard.supervise.shared_build import ninja_share
+    from jitguard.fleet.module_share import ninja_share
 
     settings = Settings.from_env()
     try:

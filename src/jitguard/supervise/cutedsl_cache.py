@@ -10,7 +10,8 @@ that dict:
 
 1. keys the kernel by everything that changes it (``kernel_key``): FlashInfer's version and the kernel's source
    file, FlashInfer's own compile key and options, the GPU arch, the DSL stack (``facts.cutedsl``) and the
-   ``CUTE_DSL_*`` variables. A compile key jitguard cannot write down stably (an object's address in it) is
+   ``CUTE_DSL_*`` variables that change code (not the DSL's cache or dump dir, nor its log settings): nothing
+   in it names a path, so a cache root moved or copied to another host with the same stack hits. A compile key jitguard cannot write down stably (an object's address in it) is
    not persisted: the kernel is compiled as without jitguard;
 2. loads it from the kernel cache (``state.kernel_cache``: verified by sha256, trusted like the rest of the
    cache dir) with the DSL's own loader (``cute.runtime.load_module``) and puts it in FlashInfer's dict, so
@@ -53,7 +54,7 @@ from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 FUNCTION = "cached_compile"
 _MARK = "__jitguard_original__"
-KEY_VERSION = "1"
+KEY_VERSION = "2"  # 2: no path in the key (a cache dir, a wheel's origin URL); a moved cache hits
 # A compile longer than this is logged as it happens ("compiling ..."), then with its duration.
 VISIBLE_AFTER_S = 1.0
 # Other ranks wait this long at most for one compile (seconds each, normally), then compile themselves.

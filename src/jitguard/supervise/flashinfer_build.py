@@ -13,7 +13,7 @@ In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock f
    (and the caller's own ``verify``: a partial GDN module's symbol check, ``gdn_variants.verify_library``);
 6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
 
-With an artifact store (``JITGUARD_SHARE``, ``supervise.shared_build``), a cold build first tries to fetch
+With an artifact store (``JITGUARD_SHARE``, ``fleet.module_share``), a cold build first tries to fetch
 the module (before the failure cache and pre-flight: a host that cannot build may still fetch), and a library
 fetched for this very variant counts as up to date; after a build, the module is published when asked
 (``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
@@ -42,8 +42,8 @@ from jitguard.supervise.module_lock import ModuleLock
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
+    from jitguard.fleet.module_share import Share, ShareOutcome
     from jitguard.supervise.runner import BuildOptions, BuildResult
-    from jitguard.supervise.shared_build import Share, ShareOutcome
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link) now; other pre-flight findings are
@@ -150,7 +150,7 @@ def build_spec(
 
 def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:
     """Publish the built library; never raises (the build itself stands whatever the store does)."""
-    from jitguard.supervise.shared_build import ShareOutcome
+    from jitguard.fleet.module_share import ShareOutcome
 
     try:
         return _share(spec, url, settings, facts).publish({so_path.name: so_path})
@@ -160,8 +160,8 @@ def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Pat
 
 def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
     from jitguard.facts.build_identity import of_facts
-    from jitguard.state.artifact_store import ArtifactKey
-    from jitguard.supervise.shared_build import Share, spec_variant
+    from jitguard.fleet.artifact_store import ArtifactKey
+    from jitguard.fleet.module_share import Share, spec_variant
 
     key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
     return Share(url, key, settings.share_timeout)
@@ -172,13 +172,13 @@ def _fetched_here(
 ) -> bool:
     """True when the library in place came from the store for this variant: fetched now (a cold build with a
     store configured) or earlier (its marker still matches). Never raises: a fault means a local build."""
-    from jitguard.supervise import shared_build
+    from jitguard.fleet import module_share
 
     try:
         if not cold:
-            if not shared_build.has_marker(so_path):
+            if not module_share.has_marker(so_path):
                 return False
-            return shared_build.is_fetched([so_path], shared_build.spec_variant(spec))
+            return module_share.is_fetched([so_path], module_share.spec_variant(spec))
         if not settings.share_url:
             return False
         outcome = _share(spec, settings.share_url, settings, facts).fetch(so_path.parent)

@@ -40,7 +40,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jitguard.supervise import compiler_cache, slots
+from jitguard.fleet import compiler_cache
+from jitguard.supervise import slots
 from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
 
 # The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.

@@ -36,7 +36,8 @@ from jitguard import fileio
 from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
-from jitguard.supervise import compiler_cache, manifest, ninja_log, slots
+from jitguard.fleet import compiler_cache
+from jitguard.supervise import manifest, ninja_log, slots
 from jitguard.supervise.attempt import Attempt as _Attempt
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt

@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from flashinfer.jit import gdn
 from jitguard.facts.build_identity import of_facts
-from jitguard.state.artifact_store import ArtifactKey, ArtifactStore
+from jitguard.fleet.artifact_store import ArtifactKey, ArtifactStore
 from jitguard.supervise.flashinfer_build import facts_for
-from jitguard.supervise.shared_build import spec_variant
+from jitguard.fleet.module_share import spec_variant
 import os
 spec = gdn.gen_gdn_prefill_sm90_module()
 key = ArtifactKey(spec.name, of_facts(facts_for(dict(os.environ))), spec_variant(spec))

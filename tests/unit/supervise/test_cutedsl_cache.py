@@ -8,6 +8,7 @@ and the real DSL export/load on the H200 (tests/gpu/test_cutedsl_kernel_cache.py
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -136,6 +137,52 @@ def test_a_cute_dsl_variable_is_part_of_the_key(dsl: Path, monkeypatch: pytest.M
     cutedsl_cache.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert len(compiles) == 2
+
+
+@pytest.mark.parametrize("name", ["CUTE_DSL_COMPILER_OPT", "CUTE_DSL_SOME_FUTURE_SWITCH"])
+def test_a_code_changing_or_unknown_cute_dsl_variable_stays_in_the_key(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    monkeypatch.setenv(name, "1")
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert len(compiles) == 2
+
+
+def test_the_dsls_cache_dir_dump_dir_and_log_settings_are_not_in_the_key(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    compiles: list[bytes] = []
+    monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "a"))
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "elsewhere" / "b"))
+    monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(tmp_path / "dumps"))
+    monkeypatch.setenv("CUTE_DSL_LOG_LEVEL", "10")
+    monkeypatch.setenv("CUTE_DSL_KEEP", "ptx")
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Loaded)
+    assert len(compiles) == 1
+
+
+def test_a_cache_dir_moved_to_another_path_hits(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    compiles: list[bytes] = []
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    moved = tmp_path / "other-host" / "cache"
+    moved.parent.mkdir()
+    dsl.rename(moved)
+    monkeypatch.setenv("JITGUARD_CACHE_DIR", str(moved))
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Loaded)
+    assert len(compiles) == 1
+    entry = KernelCache(moved).entries()[0]
+    assert str(tmp_path) not in json.dumps(entry["material"])  # no path in what keys a kernel
 
 
 @pytest.mark.parametrize("setting", [("JITGUARD_DISABLE", "1"), ("JITGUARD_CUTEDSL_CACHE", "0")])

@@ -14,7 +14,7 @@ import pytest
 
 import nvcc_project
 import services
-from jitguard.supervise import compiler_cache
+from jitguard.fleet import compiler_cache
 from jitguard.supervise.runner import BuildOptions, BuildResult, run_ninja
 
 pytestmark = pytest.mark.slow

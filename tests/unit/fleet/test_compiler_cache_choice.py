@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jitguard.supervise import compiler_cache
+from jitguard.fleet import compiler_cache
 
 # Trimmed from `sccache --show-stats --stats-format json` (0.16.0) after one nvcc compile that hit.
 STATS = json.loads(

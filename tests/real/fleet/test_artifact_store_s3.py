@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import services
-from jitguard.state.artifact_store import ArtifactKey, ArtifactRejected, ArtifactStore, StoreUnavailable
+from jitguard.fleet.artifact_store import ArtifactKey, ArtifactRejected, ArtifactStore, StoreUnavailable
 
 pytest.importorskip("s3fs", reason="the s3:// store needs s3fs (pip install 'jitguard[s3]')")
 

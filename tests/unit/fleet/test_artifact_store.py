@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.state.artifact_store import (
+from jitguard.fleet.artifact_store import (
     ArtifactKey,
     ArtifactRejected,
     ArtifactStore,

@@ -22,7 +22,7 @@ every host that fetches from it; give write access to the build hosts only (docs
 **Fail-safe.** Every operation runs under a deadline (``timeout``): a store that does not answer (a hung
 network filesystem, an unreachable endpoint) is given up on, never waited for. Faults raise ``StoreUnavailable``
 (no store, no fsspec, no answer) or ``ArtifactRejected`` (a manifest or file that does not check out); the
-callers (``supervise.shared_build``) turn both into one warning and a local build. A key that is simply not in
+callers (``fleet.module_share``) turn both into one warning and a local build. A key that is simply not in
 the store is a miss (``None``), which is normal for the first host.
 """
 

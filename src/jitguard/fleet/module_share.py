@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitguard.state.artifact_store import (
+from jitguard.fleet.artifact_store import (
     ArtifactKey,
     ArtifactRejected,
     ArtifactStore,

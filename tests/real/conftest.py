@@ -1,4 +1,4 @@
-"""Fixtures of the runner tests: an isolated jitguard cache for the test and the processes it starts."""
+"""Fixtures of the real-toolchain tests: an isolated jitguard cache for the test and the processes it starts."""
 
 from __future__ import annotations
 
