@@ -16,6 +16,7 @@ from jitguard.errors import ConfigError
 GDN_BACKENDS = ("auto", "flashinfer", "triton", "torch")
 GDN_VARIANTS = ("auto", "all")  # FlashInfer's nvcc GDN module: the instances calls need, or every one
 COMPILER_CACHES = ("auto", "sccache", "off")
+WARM_MODES = ("auto", "off")  # auto: restore when JITGUARD_SHARE is set, save when JITGUARD_SHARE_PUBLISH=1
 MAX_JOBS = 1024  # parallel compile jobs; also the number of host-wide slots one build may ask for
 MAX_SIZE = 1024**5  # 1 PiB: more memory than any host has, and a bound that 400-digit values cannot overflow
 MAX_DURATION_S = 366 * 86400.0  # one year
@@ -143,6 +144,9 @@ class Settings:
     cutedsl_cache: bool = (
         True  # JITGUARD_CUTEDSL_CACHE: keep compiled CuTeDSL kernels (supervise.cutedsl_cache)
     )
+    warm: str = "auto"  # JITGUARD_WARM: restore/save engine-start JIT caches through the store (fleet.warm)
+    warm_name: str = "default"  # JITGUARD_WARM_NAME: which snapshot of this stack and arch
+    warm_arch: str | None = None  # JITGUARD_WARM_ARCH: the GPU arch when no GPU can be asked (e.g. 9.0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -163,6 +167,15 @@ class Settings:
                 "JITGUARD_COMPILER_CACHE", compiler_cache, "one of " + ", ".join(COMPILER_CACHES)
             )
         share_url = (get("JITGUARD_SHARE") or "").strip() or None
+        warm = (get("JITGUARD_WARM") or "auto").strip().lower()
+        if warm not in WARM_MODES:
+            raise ConfigError("JITGUARD_WARM", warm, "one of " + ", ".join(WARM_MODES))
+        warm_name = (get("JITGUARD_WARM_NAME") or "default").strip()
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", warm_name):
+            raise ConfigError("JITGUARD_WARM_NAME", warm_name, "a name of letters, digits, '.', '_' and '-'")
+        warm_arch = (get("JITGUARD_WARM_ARCH") or "").strip() or None
+        if warm_arch is not None and not re.fullmatch(r"\d+\.\d+[af]?", warm_arch):
+            raise ConfigError("JITGUARD_WARM_ARCH", warm_arch, "a compute capability such as 9.0")
 
         backend = (get("JITGUARD_GDN_BACKEND") or "auto").lower()
         if backend not in GDN_BACKENDS:
@@ -206,6 +219,9 @@ class Settings:
             share_url=share_url,
             share_publish=share_publish,
             cutedsl_cache=cutedsl_cache,
+            warm=warm,
+            warm_name=warm_name,
+            warm_arch=warm_arch,
             **timeouts,
         )
 

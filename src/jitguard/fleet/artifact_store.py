@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from jitguard import __version__
 
@@ -223,20 +223,15 @@ class ArtifactStore:
             extra=dict(extra or {}),
         )
 
-        def upload(cancelled: threading.Event) -> Manifest:
-            fs, root = self._open()
+        def upload(view: StoreView) -> Manifest:
             for entry, path in entries:
-                blob = self._blob(root, entry.sha256)
-                if self._local(fs) and _exists(fs, blob) and sha256_of(Path(blob)) == entry.sha256:
-                    continue  # content-addressed: these very bytes are there (an object store is rewritten)
-                self._write(fs, blob, functools.partial(_put, fs, path))
-                if cancelled.is_set():
-                    raise StoreUnavailable("cancelled")
+                if not view.has_blob(entry.sha256, entry.size, rewrite_remote=True):
+                    view.put_blob(path, entry.sha256)
             body = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
-            self._write(fs, f"{root}/modules/{key.manifest_name}", lambda target: fs.pipe_file(target, body))
+            view.write_document(f"modules/{key.manifest_name}", body)
             return manifest
 
-        return self._bounded("publish to", upload)
+        return self.session("publish to", upload)
 
     def fetch(self, key: ArtifactKey, destination: Path) -> Fetched | None:
         """Fetch the files of ``key`` into ``destination``, verified, each installed by rename. None when the
@@ -244,22 +239,12 @@ class ArtifactStore:
         destination = Path(destination)
         started = time.monotonic()
 
-        def download(cancelled: threading.Event) -> Fetched | None:
-            fs, root = self._open()
-            path = f"{root}/modules/{key.manifest_name}"
-            try:
-                size = _size(fs, path)
-            except FileNotFoundError:
-                if not self._store_exists(fs):
-                    raise StoreUnavailable(f"there is no store at {describe_url(self.url)}") from None
+        def download(view: StoreView) -> Fetched | None:
+            raw = view.read_document(f"modules/{key.manifest_name}", MAX_MANIFEST_BYTES)
+            if raw is None:
                 return None
-            if size is not None and size > MAX_MANIFEST_BYTES:
-                raise ArtifactRejected(f"the manifest is {size} bytes, more than a manifest can be")
             try:
-                raw = fs.cat_file(path, start=0, end=MAX_MANIFEST_BYTES + 1)
                 data = json.loads(raw)
-            except FileNotFoundError:
-                return None
             except ValueError as exc:
                 raise ArtifactRejected(f"the manifest is not JSON: {exc}") from None
             manifest = Manifest.from_json(data, key)
@@ -267,11 +252,10 @@ class ArtifactStore:
             staged: list[tuple[Path, Path]] = []
             try:
                 for entry in manifest.files:
-                    staged.append(
-                        (self._download(fs, root, entry, destination, cancelled), destination / entry.name)
-                    )
-                if cancelled.is_set():
-                    raise StoreUnavailable("cancelled")
+                    tmp = view.download_blob(entry.sha256, entry.size, destination, entry.name)
+                    os.chmod(tmp, 0o755)
+                    staged.append((tmp, destination / entry.name))
+                view.check_cancelled()
                 for tmp, final in staged:
                     os.replace(tmp, final)
             finally:
@@ -281,7 +265,18 @@ class ArtifactStore:
             total = sum(f.size for f in manifest.files)
             return Fetched(manifest, tuple(final for _, final in staged), total, time.monotonic() - started)
 
-        return self._bounded("fetch from", download)
+        return self.session("fetch from", download)
+
+    def session(self, what: str, work: Callable[[StoreView], T]) -> T:
+        """``work`` with the store opened, in a thread given up on after ``timeout`` (a store that hangs never
+        hangs the caller: StoreUnavailable). Every fault of the backend is StoreUnavailable; ArtifactRejected
+        passes through. The primitives for callers that keep their own manifests (warm snapshots)."""
+
+        def opened(cancelled: threading.Event) -> T:
+            fs, root = self._open()
+            return work(StoreView(self, fs, root, cancelled))
+
+        return self._bounded(what, opened)
 
     # -- internals ------------------------------------------------------------------------------------------
 
@@ -304,78 +299,6 @@ class ArtifactStore:
             self._base = str(root).rstrip("/")
             self._fs, self._root = fs, f"{self._base}/{LAYOUT}"
         return self._fs, self._root
-
-    def _store_exists(self, fs: Any) -> bool:
-        """The place the URL names is there: the directory (a shared filesystem that is not mounted is not),
-        or the bucket of an object store (a prefix exists only once something is published under it)."""
-        if self._local(fs):
-            return os.path.isdir(self._base)
-        return _exists(fs, self._base.split("/", 1)[0])
-
-    def _local(self, fs: Any) -> bool:
-        protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-        return any(p in _LOCAL_PROTOCOLS for p in protocol)
-
-    @staticmethod
-    def _blob(root: str, sha256: str) -> str:
-        return f"{root}/blobs/{sha256}"
-
-    def _write(self, fs: Any, target: str, write: Callable[[str], object]) -> None:
-        parent = target.rsplit("/", 1)[0]
-        if self._local(fs):
-            # A reader on another host must never see half a file: write beside it, then rename.
-            fs.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                write(tmp)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-        else:
-            write(target)
-
-    def _download(
-        self, fs: Any, root: str, entry: ArtifactFile, destination: Path, cancelled: threading.Event
-    ) -> Path:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{entry.name}.", suffix=".fetch", dir=destination)
-        tmp = Path(tmp_name)
-        digest = hashlib.sha256()
-        received = 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                try:
-                    source = fs.open(self._blob(root, entry.sha256), "rb")
-                except FileNotFoundError:
-                    raise ArtifactRejected(
-                        f"the manifest names {entry.name}, but its blob is not in the store"
-                    ) from None
-                with source:
-                    while True:
-                        if cancelled.is_set():
-                            raise StoreUnavailable("cancelled")
-                        chunk = source.read(_CHUNK)
-                        if not chunk:
-                            break
-                        received += len(chunk)
-                        if received > entry.size:
-                            raise ArtifactRejected(
-                                f"{entry.name} is larger in the store than its manifest says"
-                            )
-                        digest.update(chunk)
-                        out.write(chunk)
-            if received != entry.size or digest.hexdigest() != entry.sha256:
-                raise ArtifactRejected(
-                    f"{entry.name} does not match its manifest (sha256 {digest.hexdigest()[:16]}..., {received} "
-                    f"bytes; the manifest says {entry.sha256[:16]}..., {entry.size} bytes)"
-                )
-            os.chmod(tmp, 0o755)
-            return tmp
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
 
     def _bounded(self, what: str, work: Callable[[threading.Event], T]) -> T:
         """``work`` in a thread, given up on after ``timeout``: a store that hangs never hangs the caller."""
@@ -408,6 +331,150 @@ class ArtifactStore:
             # fsspec backends raise their own kinds (botocore, aiohttp, OSError): all mean "cannot use it".
             raise StoreUnavailable(f"cannot {what} {describe_url(self.url)}: {type(value).__name__}: {value}")
         raise value
+
+
+class StoreView:
+    """The store opened inside one ``ArtifactStore.session``: content-addressed blobs and named documents
+    (manifests) under the layout root. Every call checks the session's cancel flag first."""
+
+    def __init__(self, store: ArtifactStore, fs: Any, root: str, cancelled: threading.Event) -> None:
+        self.store = store
+        self.fs = fs
+        self.root = root
+        self.cancelled = cancelled
+
+    def check_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise StoreUnavailable("cancelled")
+
+    @property
+    def local(self) -> bool:
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        return any(p in _LOCAL_PROTOCOLS for p in protocol)
+
+    def blob_path(self, sha256: str) -> str:
+        if not _SHA256.match(sha256):
+            raise ValueError(f"not a SHA-256 digest: {sha256!r}")
+        return f"{self.root}/blobs/{sha256}"
+
+    def has_blob(self, sha256: str, size: int, *, rewrite_remote: bool = False) -> bool:
+        """These very bytes are in the store already. On a local filesystem the blob is hashed; on an object
+        store its size is compared (a PUT is atomic, and every reader verifies), or, with ``rewrite_remote``,
+        it is always rewritten."""
+        self.check_cancelled()
+        path = self.blob_path(sha256)
+        if self.local:
+            return _exists(self.fs, path) and sha256_of(Path(path)) == sha256
+        if rewrite_remote:
+            return False
+        try:
+            return _size(self.fs, path) == size
+        except FileNotFoundError:
+            return False
+
+    def put_blob(self, source: Path, sha256: str) -> None:
+        self.check_cancelled()
+        self._write(self.blob_path(sha256), functools.partial(_put, self.fs, source))
+
+    def write_document(self, name: str, body: bytes) -> None:
+        """Write a document (a manifest) at ``name`` under the layout root; seen whole or not at all."""
+        self.check_cancelled()
+        self._write(f"{self.root}/{_document(name)}", lambda target: self.fs.pipe_file(target, body))
+
+    def read_document(self, name: str, limit: int) -> bytes | None:
+        """The document at ``name``, None when the store has none there. Raises StoreUnavailable when the store
+        itself is not there, ArtifactRejected for a document over ``limit`` bytes."""
+        self.check_cancelled()
+        path = f"{self.root}/{_document(name)}"
+        try:
+            size = _size(self.fs, path)
+        except FileNotFoundError:
+            if not self._store_exists():
+                raise StoreUnavailable(f"there is no store at {describe_url(self.store.url)}") from None
+            return None
+        if size is not None and size > limit:
+            raise ArtifactRejected(f"{name} is {size} bytes, more than it can be ({limit})")
+        try:
+            raw = bytes(self.fs.cat_file(path, start=0, end=limit + 1))
+        except FileNotFoundError:
+            return None
+        if len(raw) > limit:
+            raise ArtifactRejected(f"{name} is more than {limit} bytes")
+        return raw
+
+    def download_blob(self, sha256: str, size: int, destination: Path, label: str) -> Path:
+        """The blob ``sha256`` in a new private file in ``destination`` (a directory), verified (``copy_blob``);
+        the caller moves it into place. Raises ArtifactRejected, leaving nothing behind."""
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{label[:60]}.", suffix=".fetch", dir=destination)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                self.copy_blob(sha256, size, out, label)
+            return tmp
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def copy_blob(self, sha256: str, size: int, out: BinaryIO, label: str) -> None:
+        """Write the blob ``sha256`` to ``out``, verified to be exactly ``size`` bytes with that digest.
+        Raises ArtifactRejected for a blob that is missing, larger, shorter or other bytes (what was written
+        to ``out`` is then the caller's to throw away)."""
+        self.check_cancelled()
+        digest = hashlib.sha256()
+        received = 0
+        try:
+            source = self.fs.open(self.blob_path(sha256), "rb")
+        except FileNotFoundError:
+            raise ArtifactRejected(f"the manifest names {label}, but its blob is not in the store") from None
+        with source:
+            while True:
+                self.check_cancelled()
+                chunk = source.read(_CHUNK)
+                if not chunk:
+                    break
+                received += len(chunk)
+                if received > size:
+                    raise ArtifactRejected(f"{label} is larger in the store than its manifest says")
+                digest.update(chunk)
+                out.write(chunk)
+        if received != size or digest.hexdigest() != sha256:
+            raise ArtifactRejected(
+                f"{label} does not match its manifest (sha256 {digest.hexdigest()[:16]}..., {received} "
+                f"bytes; the manifest says {sha256[:16]}..., {size} bytes)"
+            )
+
+    def _store_exists(self) -> bool:
+        """The place the URL names is there: the directory (a shared filesystem that is not mounted is not),
+        or the bucket of an object store (a prefix exists only once something is published under it)."""
+        base = self.root.rsplit("/", 1)[0]
+        if self.local:
+            return os.path.isdir(base)
+        return _exists(self.fs, base.split("/", 1)[0])
+
+    def _write(self, target: str, write: Callable[[str], object]) -> None:
+        parent = target.rsplit("/", 1)[0]
+        if self.local:
+            # A reader on another host must never see half a file: write beside it, then rename.
+            self.fs.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                write(tmp)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        else:
+            write(target)
+
+
+def _document(name: str) -> str:
+    """``name`` checked to be a relative path of plain parts (a document never escapes the layout root)."""
+    parts = name.split("/")
+    if not parts or any(not _NAME.match(part) or part in (".", "..") for part in parts):
+        raise ValueError(f"not a document name: {name!r}")
+    return name
 
 
 def _options(url: str, timeout: float) -> dict[str, Any]:

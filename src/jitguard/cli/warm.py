@@ -1,0 +1,171 @@
+"""`jitguard warm save|restore|show`: an engine start's JIT caches, saved to the artifact store and restored on
+another host (a Docker image build, a CI job, a new node) by command; the engine plugins do the same on their own
+where a store is configured (``integrations.warm_start``, docs/fleet.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+
+_LAYERS_HELP = (
+    "which caches (default: all of vllm, sglang, triton, inductor, flashinfer, jitguard found here)"
+)
+
+
+def configure(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "warm",
+        help="save an engine start's JIT caches to the store, or restore them on a new host",
+        description=(
+            "Every JIT cache an engine start fills (vLLM's and SGLang's compile caches, Triton, Inductor, "
+            "FlashInfer's workspace, jitguard's CuTeDSL kernels), found where the engine looks for it, saved "
+            "to the artifact store (one blob per file, named by its sha256) under a manifest for this "
+            "software stack and GPU arch, and restored verified, without replacing any local file. The store "
+            "is --store or JITGUARD_SHARE (file://, s3://, gs://)."
+        ),
+    )
+    actions = parser.add_subparsers(dest="warm_action", metavar="ACTION", parser_class=type(parser))
+    for action, text in (
+        ("save", "save this host's caches as the snapshot"),
+        ("restore", "restore the snapshot of this stack and arch into this host's caches"),
+        ("show", "say which caches are where here, and what the store holds for this stack"),
+    ):
+        sub = actions.add_parser(action, help=text, description=text)
+        sub.add_argument("--store", metavar="URL", help="the artifact store (default: JITGUARD_SHARE)")
+        sub.add_argument("--name", help="the snapshot's name (default: JITGUARD_WARM_NAME or 'default')")
+        sub.add_argument(
+            "--arch", help="the GPU arch as a compute capability, e.g. 9.0 (default: this host's GPU)"
+        )
+        sub.add_argument("--layers", help=_LAYERS_HELP + "; comma-separated")
+        sub.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+        sub.set_defaults(execute=execute)
+    parser.set_defaults(execute=_usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> Any:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        raise UsageError("jitguard warm needs an action: save, restore or show")
+
+    return show
+
+
+def execute(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from jitguard.config import Settings
+    from jitguard.facts.jit_caches import LAYER_NAMES
+    from jitguard.fleet.artifact_store import describe_url
+    from jitguard.fleet.snapshot import arch_of
+    from jitguard.integrations import warm_start
+
+    settings = Settings.from_env()
+    changes: dict[str, Any] = {}
+    if args.store:
+        changes["share_url"] = args.store.strip()
+    if args.name:
+        if not all(c.isalnum() or c in "._-" for c in args.name) or args.name.startswith("."):
+            raise UsageError(f"--name {args.name!r}: use letters, digits, '.', '_' and '-'")
+        changes["warm_name"] = args.name
+    settings = dataclasses.replace(settings, **changes)
+    names = _layers(args.layers, LAYER_NAMES)
+    try:
+        arch = arch_of(args.arch) if args.arch else warm_start.host_arch(settings)
+    except ValueError as exc:
+        raise UsageError(f"--arch: {exc}") from None
+    if arch is None:
+        raise UsageError("no GPU here to tell the arch: give --arch (a compute capability, e.g. 9.0)")
+    if not settings.share_url and args.warm_action != "show":
+        raise UsageError("no artifact store: give --store URL or set JITGUARD_SHARE")
+    caches = warm_start.engine_layers(settings, names)
+    url = describe_url(settings.share_url) if settings.share_url else None
+    payload: dict[str, Any] = {
+        "action": args.warm_action,
+        "store": url,
+        "name": settings.warm_name,
+        "arch": arch,
+        "layers": [{"name": c.name, "root": str(c.root), "variable": c.variable} for c in caches],
+    }
+    if args.warm_action == "show":
+        return _show(args, settings, arch, payload)
+    if args.warm_action == "save":
+        outcome = warm_start.save_now(settings, arch=arch, only_if_new=False, layer_names=names)
+    else:
+        outcome = warm_start.restore_now(settings, arch=arch)
+    payload.update(warm_start.outcome_json(outcome))
+    ok = outcome.action in ("saved", "restored", "present", "unchanged")
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        print(dumps("warm", payload))
+    else:
+        for cache in caches:
+            print(f"  {cache.describe()}")
+        print(f"{args.warm_action}: {outcome.action}: {outcome.detail}")
+    if outcome.action == "miss":
+        return EXIT_FAILURE
+    return EXIT_OK if ok else EXIT_FAILURE
+
+
+def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str, Any]) -> int:
+    from jitguard.fleet.artifact_store import ArtifactStore
+    from jitguard.fleet.snapshot import SnapshotRejected, stack_key
+    from jitguard.fleet.warm import WarmUnavailable, fetch_manifest
+
+    stack = stack_key(arch)
+    payload["stack"] = dict(stack.material)
+    stored: dict[str, Any] | None = None
+    problem = None
+    if settings.share_url:
+        try:
+            found = fetch_manifest(
+                ArtifactStore(settings.share_url, timeout=settings.share_timeout), stack, settings.warm_name
+            )
+        except (WarmUnavailable, SnapshotRejected) as exc:
+            problem = str(exc)
+        else:
+            if found is not None:
+                snapshot = found[0]
+                stored = {
+                    "files": len(snapshot.files),
+                    "bytes": snapshot.bytes,
+                    "publisher": snapshot.publisher,
+                    "created": snapshot.created,
+                    "layers": sorted({f.layer for f in snapshot.files}),
+                }
+    payload["snapshot"] = stored
+    payload["problem"] = problem
+    if args.json:
+        from jitguard.cli.envelope import dumps
+
+        print(dumps("warm", payload))
+    else:
+        for layer in payload["layers"]:
+            origin = f"${layer['variable']}" if layer["variable"] else "default"
+            print(f"  {layer['name']}: {layer['root']} ({origin})")
+        print(f"stack: {stack.describe()}")
+        if stored is not None:
+            print(
+                f"store: snapshot {settings.warm_name!r}: {stored['files']} files, {stored['bytes']} bytes, "
+                f"saved by {stored['publisher'] or 'an unknown host'} ({', '.join(stored['layers'])})"
+            )
+        elif problem:
+            print(f"store: cannot be used: {problem}")
+        elif settings.share_url:
+            print(f"store: no snapshot {settings.warm_name!r} for this stack yet")
+        else:
+            print("store: none configured (--store URL or JITGUARD_SHARE)")
+    return EXIT_FAILURE if problem else EXIT_OK
+
+
+def _layers(text: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not text:
+        return known
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise UsageError(f"--layers {text!r}: known layers are {', '.join(known)}")
+    return names

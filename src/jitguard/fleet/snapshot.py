@@ -1,0 +1,373 @@
+"""A warm snapshot: every file of an engine start's JIT caches, named by content, for one software stack and
+GPU arch.
+
+``scan`` walks each cache layer (``facts.jit_caches``) without following a link and records each regular file
+(path relative to its layer, size, sha256, mode); ``Snapshot`` is that record and its JSON form (the manifest
+``jitguard.warm/1``), and ``Snapshot.from_json`` refuses anything a restore must not act on (a path that is
+absolute, climbs out with ``..``, or names a file twice; an impossible size; a digest that is not one).
+
+What is left out, by rule: links and anything not a regular file; locks, temporary and partial files; and
+FlashInfer's nvcc build trees (a directory holding ``build.ninja``): ninja decides those by its own logs and
+mtimes, which no copy keeps valid, so they travel as whole modules through the module store
+(``fleet.module_share``). Triton's ``__grp__*.json`` files name their kernels by absolute path: they are kept
+as they are, marked ``relocate: "triton-group"``, and rewritten for the restoring host's root on restore.
+
+``StackKey``: the distributions whose versions decide what the caches hold, the Python ABI, the machine and
+the GPU arch. A snapshot is only ever restored into the stack and arch it was saved from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import stat
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer
+
+SCHEMA = "jitguard.warm-snapshot/1"
+MAX_FILES = 200_000
+MAX_FILE_BYTES = 8 * 1024**3
+MAX_MANIFEST_BYTES = 128 * 1024**2
+_CHUNK = 4 * 1024**2
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NAME_PART = re.compile(
+    r"^[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,254}$|^\.[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,253}$"
+)
+_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
+# Names that are never a cache entry: locks, temporary and partial writes (Triton, Inductor, FlashInfer,
+# filelock and jitguard's own patterns).
+_TRANSIENT = re.compile(r"(\.lock|\.tmp|\.temp|\.partial|\.fetch|\.swp|\.pid)$|^tmp\.|\.tmp\.|^\.nfs")
+TRITON_GROUP = "triton-group"
+
+STACK_DISTRIBUTIONS = (
+    "vllm",
+    "sglang",
+    "sglang-kernel",
+    "torch",
+    "triton",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "nvidia-cutlass-dsl",
+    "apache-tvm-ffi",
+    "fla-core",
+    "deep-gemm",
+)
+
+
+class SnapshotRejected(ValueError):
+    """A manifest a restore must not act on: malformed, foreign, or for another stack or arch."""
+
+
+@dataclass(frozen=True)
+class StackKey:
+    """What a snapshot is for: ``material`` (distribution -> version, the Python ABI, the machine) and the GPU
+    ``arch`` (``sm_90``). ``digest`` names its manifests in the store."""
+
+    material: Mapping[str, str]
+    arch: str
+
+    def __post_init__(self) -> None:
+        if not _ARCH.match(self.arch):
+            raise ValueError(f"not a GPU arch: {self.arch!r} (expected e.g. sm_90)")
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(dict(self.material), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in sorted(self.material.items()) if k in STACK_DISTRIBUTIONS]
+        return f"{', '.join(parts) or 'no engine packages'}; {self.arch}"
+
+
+def stack_key(arch: str, path: list[str] | None = None) -> StackKey:
+    """The stack installed here (on ``path``, else sys.path) for ``arch``."""
+    material: dict[str, str] = {
+        "python": f"{sys.implementation.cache_tag} {platform.python_version()}",
+        "machine": platform.machine(),
+    }
+    wanted = set(STACK_DISTRIBUTIONS)
+    found = (
+        importlib.metadata.distributions() if path is None else importlib.metadata.distributions(path=path)
+    )
+    for dist in found:
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name in wanted and name not in material:
+            material[name] = dist.version
+    return StackKey(material, arch)
+
+
+def arch_of(capability: str) -> str:
+    """``sm_90`` for a compute capability ``9.0`` (as NVML or FLASHINFER_CUDA_ARCH_LIST write it; a trailing
+    ``a``/``f`` family suffix is dropped: the caches of one GPU serve both)."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)[af]?\s*", capability)
+    if not match:
+        raise ValueError(f"not a compute capability: {capability!r} (expected e.g. 9.0)")
+    return f"sm_{match.group(1)}{match.group(2)}"
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    layer: str
+    path: str  # relative to the layer's root, '/'-separated
+    size: int
+    sha256: str
+    mode: int  # permission bits, 0o644 or 0o755
+    relocate: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "mode": self.mode,
+        }
+        if self.relocate:
+            entry["relocate"] = self.relocate
+        return entry
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    stack: StackKey
+    name: str
+    roots: Mapping[str, str]  # layer -> the root it was saved from (for relocating Triton's groups)
+    files: tuple[SnapshotFile, ...]
+    created: float = 0.0
+    publisher: str = ""
+    jitguard_version: str = ""
+    skipped: Mapping[str, int] = field(default_factory=dict)  # why -> how many files were left out
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        layers: dict[str, Any] = {}
+        for entry in self.files:
+            layers.setdefault(entry.layer, {"root": self.roots.get(entry.layer, ""), "files": []})
+            layers[entry.layer]["files"].append(entry.to_json())
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "stack": dict(self.stack.material),
+            "stack_digest": self.stack.digest,
+            "arch": self.stack.arch,
+            "created": self.created,
+            "publisher": self.publisher,
+            "jitguard": self.jitguard_version,
+            "layers": layers,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, expected: StackKey, name: str) -> Snapshot:
+        """Raises SnapshotRejected for a manifest that is malformed, or for another stack, arch or name."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise SnapshotRejected(f"not a jitguard warm snapshot manifest ({SCHEMA})")
+        if data.get("arch") != expected.arch or data.get("name") != name:
+            raise SnapshotRejected(f"the manifest is for {data.get('arch')!r}/{data.get('name')!r}")
+        stack = data.get("stack")
+        if not isinstance(stack, dict) or stack != dict(expected.material):
+            raise SnapshotRejected(
+                "the manifest is for another software stack: " + _stack_difference(stack, expected)
+            )
+        layers = data.get("layers")
+        if not isinstance(layers, dict):
+            raise SnapshotRejected("the manifest has no layers")
+        files: list[SnapshotFile] = []
+        roots: dict[str, str] = {}
+        seen: set[tuple[str, str]] = set()
+        for layer_name, body in layers.items():
+            if (
+                layer_name not in LAYER_NAMES
+                or not isinstance(body, dict)
+                or not isinstance(body.get("files"), list)
+            ):
+                raise SnapshotRejected(f"the manifest has a layer {layer_name!r} jitguard does not know")
+            roots[layer_name] = str(body.get("root", ""))
+            for raw in body["files"]:
+                entry = _file_from_json(layer_name, raw)
+                if (layer_name, entry.path) in seen:
+                    raise SnapshotRejected(f"the manifest names {layer_name}/{entry.path} twice")
+                seen.add((layer_name, entry.path))
+                files.append(entry)
+                if len(files) > MAX_FILES:
+                    raise SnapshotRejected(f"the manifest lists more than {MAX_FILES} files")
+        created = data.get("created")
+        return cls(
+            stack=expected,
+            name=name,
+            roots=roots,
+            files=tuple(files),
+            created=float(created) if isinstance(created, (int, float)) else 0.0,
+            publisher=str(data.get("publisher", "")),
+            jitguard_version=str(data.get("jitguard", "")),
+        )
+
+
+def _stack_difference(stack: Any, expected: StackKey) -> str:
+    if not isinstance(stack, dict):
+        return "no stack recorded"
+    names = sorted(set(stack) | set(expected.material))
+    differ = [
+        f"{n} {stack.get(n, '-')} there, {expected.material.get(n, '-')} here"
+        for n in names
+        if stack.get(n) != expected.material.get(n)
+    ]
+    return "; ".join(differ[:4]) or "?"
+
+
+def _file_from_json(layer_name: str, raw: Any) -> SnapshotFile:
+    if not isinstance(raw, dict):
+        raise SnapshotRejected(f"a file entry of layer {layer_name} is not an object")
+    path, size, digest, mode = raw.get("path"), raw.get("size"), raw.get("sha256"), raw.get("mode", 0o644)
+    if not isinstance(path, str) or not is_safe_relative(path):
+        raise SnapshotRejected(f"the manifest names a path {path!r} that is not a plain relative path")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
+        raise SnapshotRejected(f"the manifest gives {path} an impossible size {size!r}")
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        raise SnapshotRejected(f"the manifest gives {path} no SHA-256 digest")
+    if mode not in (0o644, 0o755):
+        raise SnapshotRejected(
+            f"the manifest gives {path} the mode {mode!r} (only 0644 and 0755 are restored)"
+        )
+    relocate = raw.get("relocate")
+    if relocate not in (None, TRITON_GROUP):
+        raise SnapshotRejected(
+            f"the manifest asks to relocate {path} as {relocate!r}, which jitguard does not know"
+        )
+    return SnapshotFile(layer_name, path, size, digest, mode, relocate)
+
+
+def is_safe_relative(path: str) -> bool:
+    """A '/'-separated relative path of plain names: no absolute path, no '.' or '..', no empty part."""
+    if not path or len(path) > 4096 or path.startswith("/") or "\0" in path:
+        return False
+    return all(_NAME_PART.match(part) and part not in (".", "..") for part in path.split("/"))
+
+
+# -- scanning ---------------------------------------------------------------------------------------------
+
+
+def scan(layers: tuple[CacheLayer, ...]) -> tuple[list[SnapshotFile], dict[str, str], dict[str, int]]:
+    """Every file to keep of ``layers``: (files, layer -> root, why -> count of files left out). A layer whose
+    directory is not there has no files."""
+    files: list[SnapshotFile] = []
+    roots: dict[str, str] = {}
+    skipped: dict[str, int] = {}
+    for cache in layers:
+        root = Path(os.path.abspath(os.path.expanduser(cache.root)))
+        roots[cache.name] = str(root)
+        for relative, st in _walk(root, skipped):
+            mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+            try:
+                digest = _sha256_nofollow(root / relative, st)
+            except OSError:
+                skipped["unreadable"] = skipped.get("unreadable", 0) + 1
+                continue
+            relocate = (
+                TRITON_GROUP
+                if Path(relative).name.startswith("__grp__") and relative.endswith(".json")
+                else None
+            )
+            files.append(SnapshotFile(cache.name, relative, st.st_size, digest, mode, relocate))
+    return files, roots, skipped
+
+
+def listing(layers: tuple[CacheLayer, ...]) -> set[tuple[str, str, int]]:
+    """(layer, path, size) of every file ``scan`` would keep, without reading any: whether a save would add
+    anything to a stored snapshot, at the cost of a directory walk."""
+    found: set[tuple[str, str, int]] = set()
+    for cache in layers:
+        root = Path(os.path.abspath(os.path.expanduser(cache.root)))
+        found.update((cache.name, relative, st.st_size) for relative, st in _walk(root, {}))
+    return found
+
+
+def _walk(root: Path, skipped: dict[str, int]) -> Iterator[tuple[str, os.stat_result]]:
+    def skip(why: str) -> None:
+        skipped[why] = skipped.get(why, 0) + 1
+
+    stack = [""]
+    while stack:
+        relative_dir = stack.pop()
+        try:
+            entries = list(os.scandir(root / relative_dir if relative_dir else root))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            skip("unreadable")
+            continue
+        names = {e.name for e in entries}
+        if relative_dir and "build.ninja" in names:
+            skip("nvcc build tree (shared as a module)")
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
+            if entry.is_symlink():
+                skip("link")
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if is_safe_relative(relative):
+                    stack.append(relative)
+                else:
+                    skip("unusual name")
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                skip("not a regular file")
+                continue
+            if _TRANSIENT.search(entry.name):
+                skip("lock or temporary file")
+                continue
+            if not is_safe_relative(relative):
+                skip("unusual name")
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if st.st_size > MAX_FILE_BYTES:
+                skip("too large")
+                continue
+            yield relative, st
+
+
+def _sha256_nofollow(path: Path, expected: os.stat_result) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expected.st_dev, expected.st_ino):
+            raise OSError("changed while scanned")
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def relocate_triton_group(data: bytes, old_root: str, new_root: str) -> bytes:
+    """A Triton ``__grp__*.json`` (``{"child_paths": {name: absolute path}}``) with every path under
+    ``old_root`` moved under ``new_root``. Other content is kept as it is; bytes that are not such a file are
+    returned unchanged (Triton then misses the group and compiles, as without jitguard)."""
+    if not old_root or old_root == new_root:
+        return data
+    try:
+        group = json.loads(data)
+    except ValueError:
+        return data
+    children = group.get("child_paths") if isinstance(group, dict) else None
+    if not isinstance(children, dict):
+        return data
+    prefix = old_root.rstrip("/") + "/"
+    for child, target in children.items():
+        if isinstance(target, str) and target.startswith(prefix):
+            children[child] = new_root.rstrip("/") + "/" + target[len(prefix) :]
+    return json.dumps(group).encode()

@@ -1,0 +1,317 @@
+"""Warm start: an engine on a new host restores the fleet's snapshot of its JIT caches before it compiles
+anything, and an engine that is ready saves what it compiled (``fleet.warm`` does the work).
+
+``restore_once`` runs in every engine process at plugin registration, when a store is configured
+(``JITGUARD_SHARE``) and ``JITGUARD_WARM`` is not ``off``. One process per host restores: it holds the host's
+warm lock while it does (the others wait visibly, naming it, as ranks wait on a build), then writes a marker
+naming the manifest it restored; a process that finds the marker for the manifest in the store has nothing to
+do. ``save_when_ready`` runs once an engine is ready (vLLM: ``EngineCore.__init__`` returned, so torch.compile,
+the profile run and CUDA graph capture are done) where ``JITGUARD_SHARE_PUBLISH=1``: in a background thread,
+only when the caches hold files the store's snapshot lacks, and only one process per host at a time.
+
+Never worse than without jitguard: a store that fails, hangs or holds something that does not check out is one
+warning (logger ``jitguard.warm``) and the engine compiles as it would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jitguard.config import Settings, format_bytes, format_duration
+from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
+from jitguard.fleet.artifact_store import ArtifactStore, describe_url
+from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
+from jitguard.fleet.warm import Restored, Saved, WarmUnavailable, fetch_manifest, restore, save
+
+log = logging.getLogger("jitguard.warm")
+ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm", "triton", "inductor", "flashinfer", "jitguard"),
+    "sglang": ("sglang", "triton", "inductor", "flashinfer", "jitguard"),
+}
+MARKER_SCHEMA = "jitguard.warm-restored/1"
+_done: set[str] = set()
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one warm operation did: ``action`` restored | present (the marker says so) | saved | unchanged |
+    miss (no snapshot for this stack) | skipped (why in ``detail``) | failed."""
+
+    action: str
+    detail: str = ""
+    restored: Restored | None = None
+    saved: Saved | None = None
+    waited: float = 0.0
+
+
+def host_arch(settings: Settings) -> str | None:
+    """This host's GPU arch (``sm_90``): JITGUARD_WARM_ARCH, else the first visible GPU's (NVML; CUDA is not
+    initialised). None when there is no GPU to ask."""
+    if settings.warm_arch:
+        return arch_of(settings.warm_arch)
+    from jitguard.facts import gpu
+
+    capabilities = gpu.probe(os.environ).capabilities
+    return arch_of(capabilities[0]) if capabilities else None
+
+
+def engine_layers(settings: Settings, names: tuple[str, ...] = LAYER_NAMES) -> tuple[CacheLayer, ...]:
+    return layers(os.environ, settings.cache_dir, names)
+
+
+def _key_text(stack: StackKey, name: str) -> str:
+    return f"{stack.digest}-{stack.arch}-{name}"
+
+
+def _marker(settings: Settings, stack: StackKey, name: str) -> Path:
+    return settings.cache_dir / "warm" / f"restored-{_key_text(stack, name)}.json"
+
+
+def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None = None) -> Outcome:
+    """Restore this stack's snapshot on this host unless a process here did already (see the module
+    docstring). Never raises."""
+    if settings.disabled or settings.warm == "off" or not settings.share_url:
+        return Outcome("skipped", "no store configured (JITGUARD_SHARE)")
+    try:
+        arch = arch or host_arch(settings)
+        if arch is None:
+            return Outcome("skipped", "no GPU to tell the arch (set JITGUARD_WARM_ARCH, e.g. 9.0)")
+        stack = stack_key(arch)
+        key = _key_text(stack, settings.warm_name)
+        with _lock:
+            if key in _done:
+                return Outcome("present", "restored earlier in this process")
+        outcome = _restore_locked(settings, stack, engine)
+    except Exception as exc:  # a fault of jitguard's own is still only a cold start
+        log.warning(
+            "jitguard: warm start skipped: %s: %s; the engine compiles as without jitguard",
+            type(exc).__name__,
+            exc,
+        )
+        return Outcome("failed", f"{type(exc).__name__}: {exc}")
+    if outcome.action in ("restored", "present", "miss"):
+        with _lock:
+            _done.add(key)
+    return outcome
+
+
+def restore_now(settings: Settings, *, arch: str) -> Outcome:
+    """Restore by command (``jitguard warm restore``), whatever JITGUARD_WARM says. Never raises."""
+    try:
+        return _restore_locked(settings, stack_key(arch), "command")
+    except Exception as exc:
+        return Outcome("failed", f"{type(exc).__name__}: {exc}")
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    """The outcome for a ``--json`` envelope."""
+    data: dict[str, Any] = {
+        "outcome": outcome.action,
+        "detail": outcome.detail,
+        "waited_s": round(outcome.waited, 3),
+    }
+    if outcome.restored is not None:
+        r = outcome.restored
+        data["restored"] = {
+            "files": len(r.snapshot.files),
+            "landed": r.landed,
+            "present": r.present,
+            "kept_local": r.kept_local,
+            "fetched_bytes": r.fetched_bytes,
+            "seconds": round(r.seconds, 3),
+            "refused": dict(r.refused),
+        }
+    if outcome.saved is not None:
+        v = outcome.saved
+        data["saved"] = {
+            "files": len(v.snapshot.files),
+            "bytes": v.snapshot.bytes,
+            "uploaded_files": v.uploaded_files,
+            "uploaded_bytes": v.uploaded_bytes,
+            "seconds": round(v.seconds, 3),
+            "left_out": dict(v.snapshot.skipped),
+        }
+    return data
+
+
+def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome:
+    from jitguard import fileio
+    from jitguard.errors import LockTimeout, LockUnavailable
+    from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
+
+    ensure_visible_logging()
+    name = settings.warm_name
+    store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout)
+    lock = ModuleLock(
+        fileio.state_dir(settings.cache_dir, "locks") / f"warm-{_key_text(stack, name)}.lock",
+        f"warm snapshot {name!r} ({stack.arch})",
+        timeout=settings.share_timeout + 60.0,
+        report_interval=2.0,
+    )
+    try:
+        lock.acquire()
+    except (LockTimeout, LockUnavailable) as exc:
+        log.warning(
+            "jitguard: not restoring the warm snapshot: %s; the engine compiles as without jitguard", exc
+        )
+        return Outcome("failed", str(exc))
+    try:
+        try:
+            found = fetch_manifest(store, stack, name)
+        except (WarmUnavailable, SnapshotRejected) as exc:
+            log.warning(
+                "jitguard: the warm snapshot in %s cannot be used (%s); the engine compiles as without jitguard",
+                describe_url(store.url),
+                exc,
+            )
+            return Outcome("failed", str(exc), waited=lock.waited)
+        if found is None:
+            log.info(
+                "jitguard: no warm snapshot for this stack in %s yet (%s); this start compiles",
+                describe_url(store.url),
+                stack.describe(),
+            )
+            return Outcome("miss", stack.describe(), waited=lock.waited)
+        snapshot, manifest_sha = found
+        marker = _marker(settings, stack, name)
+        seen = fileio.read_json(marker, root=settings.cache_dir)
+        if seen is not None and seen.get("manifest_sha256") == manifest_sha:
+            return Outcome("present", "restored on this host already", waited=lock.waited)
+        log.info(
+            "jitguard: restoring the warm snapshot %r from %s: %d files, %s, saved by %s",
+            name,
+            describe_url(store.url),
+            len(snapshot.files),
+            format_bytes(snapshot.bytes),
+            snapshot.publisher or "an unknown host",
+        )
+        try:
+            restored = restore(
+                store, snapshot, engine_layers(settings, tuple(snapshot.roots)), progress=_progress_to(lock)
+            )
+        except WarmUnavailable as exc:
+            log.warning(
+                "jitguard: the warm snapshot was not restored (%s); nothing of it was written, the engine "
+                "compiles as without jitguard",
+                exc,
+            )
+            return Outcome("failed", str(exc), waited=lock.waited)
+        fileio.write_json(
+            marker,
+            {
+                "schema": MARKER_SCHEMA,
+                "manifest_sha256": manifest_sha,
+                "time": time.time(),
+                "pid": os.getpid(),
+            },
+            root=settings.cache_dir,
+        )
+        log.info("jitguard: %s", describe_restored(restored))
+        return Outcome("restored", describe_restored(restored), restored=restored, waited=lock.waited)
+    finally:
+        lock.release()
+
+
+def _progress_to(lock: Any) -> Any:
+    def report(done: int, total: int) -> None:
+        if done == total or done % 200 == 0:
+            lock.update_progress(done, total)
+
+    return report
+
+
+def describe_restored(restored: Restored) -> str:
+    text = (
+        f"warm snapshot restored in {format_duration(restored.seconds)}: {restored.landed} files written "
+        f"({format_bytes(restored.fetched_bytes)} fetched, sha256 verified), {restored.present} already here"
+    )
+    if restored.kept_local:
+        text += f", {restored.kept_local} kept as they were here"
+    if restored.refused:
+        text += "; not written: " + ", ".join(f"{n} ({why})" for why, n in sorted(restored.refused.items()))
+    return text
+
+
+def save_now(
+    settings: Settings,
+    *,
+    engine: str = "vllm",
+    arch: str | None = None,
+    only_if_new: bool,
+    layer_names: tuple[str, ...] | None = None,
+) -> Outcome:
+    """Save this host's caches as the snapshot (``only_if_new``: unless the store's snapshot already holds
+    every file here). Never raises."""
+    if not settings.share_url:
+        return Outcome("skipped", "no store configured (JITGUARD_SHARE)")
+    try:
+        arch = arch or host_arch(settings)
+        if arch is None:
+            return Outcome("skipped", "no GPU to tell the arch (set JITGUARD_WARM_ARCH, e.g. 9.0)")
+        stack = stack_key(arch)
+        store = ArtifactStore(settings.share_url, timeout=settings.share_timeout)
+        chosen = engine_layers(settings, layer_names or ENGINE_LAYERS.get(engine, LAYER_NAMES))
+        if only_if_new:
+            try:
+                found = fetch_manifest(store, stack, settings.warm_name)
+            except SnapshotRejected:
+                found = None  # a damaged manifest is replaced
+            if found is not None:
+                stored = {(f.layer, f.path, f.size) for f in found[0].files}
+                if listing(chosen) <= stored:
+                    return Outcome("unchanged", "the store's snapshot holds every file here")
+        saved = save(store, stack, settings.warm_name, chosen)
+    except (WarmUnavailable, OSError) as exc:
+        log.warning("jitguard: the warm snapshot was not saved: %s", exc)
+        return Outcome("failed", str(exc))
+    except Exception as exc:
+        log.warning("jitguard: the warm snapshot was not saved: %s: %s", type(exc).__name__, exc)
+        return Outcome("failed", f"{type(exc).__name__}: {exc}")
+    log.info("jitguard: %s", describe_saved(saved, store.url))
+    return Outcome("saved", describe_saved(saved, store.url), saved=saved)
+
+
+def describe_saved(saved: Saved, url: str) -> str:
+    return (
+        f"warm snapshot {saved.snapshot.name!r} saved to {describe_url(url)} in {format_duration(saved.seconds)}: "
+        f"{len(saved.snapshot.files)} files, {format_bytes(saved.snapshot.bytes)} "
+        f"({saved.uploaded_files} new blobs, {format_bytes(saved.uploaded_bytes)} uploaded)"
+    )
+
+
+def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Thread | None:
+    """Start saving in the background once an engine is ready, where ``JITGUARD_SHARE_PUBLISH=1``; one
+    process per host at a time (a process that finds another saving leaves it to that one)."""
+    if settings.disabled or settings.warm == "off" or not settings.share_url or not settings.share_publish:
+        return None
+
+    def run() -> None:
+        from jitguard import fileio
+        from jitguard.errors import LockTimeout, LockUnavailable
+        from jitguard.supervise.module_lock import ModuleLock
+
+        lock = ModuleLock(
+            fileio.state_dir(settings.cache_dir, "locks") / "warm-save.lock",
+            "warm snapshot save",
+            timeout=0.0,
+        )
+        try:
+            lock.acquire()
+        except (LockTimeout, LockUnavailable):
+            log.info("jitguard: another process on this host is saving the warm snapshot")
+            return
+        try:
+            save_now(settings, engine=engine, only_if_new=True)
+        finally:
+            lock.release()
+
+    thread = threading.Thread(target=run, name="jitguard-warm-save", daemon=False)
+    thread.start()
+    return thread
