@@ -265,7 +265,9 @@ def _local_state(root: Path, entry: SnapshotFile) -> str:
         return parent
     try:
         try:
-            fd = os.open(entry.path.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
+            # O_NONBLOCK: a named pipe planted where a cache file belongs must not hang the engine's start.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(entry.path.rsplit("/", 1)[-1], flags, dir_fd=parent)
         except FileNotFoundError:
             return "missing"
         except OSError as exc:

@@ -154,6 +154,8 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
         f"warm snapshot {name!r} ({stack.arch})",
         timeout=settings.share_timeout + 60.0,
         report_interval=2.0,
+        activity="restore",
+        timeout_variable="JITGUARD_SHARE_TIMEOUT + 60 s",
     )
     try:
         lock.acquire()

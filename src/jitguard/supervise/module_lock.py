@@ -164,6 +164,8 @@ class ModuleLock:
         log_path: Path | str | None = None,
         report_interval: float = DEFAULT_REPORT_INTERVAL_S,
         poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+        activity: str = "build",
+        timeout_variable: str = "JITGUARD_LOCK_TIMEOUT",
     ) -> None:
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
@@ -173,6 +175,8 @@ class ModuleLock:
         self.timeout = timeout
         self.report_interval = report_interval
         self.poll_interval = poll_interval
+        self.activity = activity  # what the holder does, for the waiters' lines: "build", "restore"
+        self.timeout_variable = timeout_variable
         self._log_path = str(log_path) if log_path else None
         self._fd: int | None = None
         self._info: HolderInfo | None = None
@@ -341,12 +345,13 @@ class ModuleLock:
         else:
             who = "a process that has not said who it is (stock FlashInfer, or starting)"
         log.warning(
-            "jitguard: waiting for the build of %s: lock held by %s; waited %s, giving up in %s "
-            "(JITGUARD_LOCK_TIMEOUT)",
+            "jitguard: waiting for the %s of %s: lock held by %s; waited %s, giving up in %s (%s)",
+            self.activity,
             self.module,
             who,
             _duration(waited),
             _duration(max(0.0, self.timeout - waited)),
+            self.timeout_variable,
         )
 
 
