@@ -6,7 +6,7 @@ every process it starts (API server, engine core, each worker), before the model
 it more than once. ``register()`` is cheap: it imports neither vLLM nor torch nor FlashInfer, and does nothing
 at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
 
-It does two things:
+It does three things:
 
 - **The choices.** Each place where a released vLLM (0.17 - 0.33) picks a FlashInfer JIT path is found by
   name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill
@@ -19,6 +19,9 @@ It does two things:
 - **FlashInfer builds.** ``jitguard.install()``: every FlashInfer nvcc JIT build in the engine is
   memory-bounded, watched and shared by the ranks, and a failed one is classified and recorded, so the next
   start takes vLLM's own path at once.
+- **Warm start** (``warm``): with a store configured (``JITGUARD_SHARE``), the fleet's snapshot of every JIT
+  cache of this stack is restored before anything compiles, and saved once the engine is ready where
+  ``JITGUARD_SHARE_PUBLISH=1`` (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 from jitguard.integrations.boundary import shielded
 from jitguard.integrations.choices import ChoiceGuard, EngineFacts
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm import attention, gates, gdn, sampler
+from jitguard.integrations.vllm import attention, gates, gdn, sampler, warm
 from jitguard.integrations.vllm.gdn import (
     CURRENT,
     LAYOUTS,
@@ -168,6 +171,8 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
                 if module is not None:
                     _apply(module)
             _install_build_hook()
+            warm.save_when_ready()
+    warm.restore_before_start()
     return True
 
 
@@ -186,6 +191,7 @@ def unregister() -> None:
         _facts = EngineFacts()
         _guards.gdn.set_status(None)
         _guards.choices.set_facts(_facts)
+        warm.undo()
 
 
 def is_registered() -> bool:

@@ -1,0 +1,100 @@
+"""vLLM's start, warm from the fleet (``integrations.warm_start``): restored when the plugin registers, before
+anything compiles; saved once the engine core has initialised its KV caches.
+
+``EngineCore._initialize_kv_caches`` (vLLM 0.21 - 0.33, ``vllm/v1/engine/core.py``) returns after the profile
+run, torch.compile and CUDA graph capture: every JIT cache of the start is filled then. jitguard wraps it on
+the class, so the wrapper runs whether the plugin registered before the engine core was created (a forked
+engine core inherits it) or at the start of ``EngineCore.__init__`` (a spawned one, which loads the plugins
+there). A release without it is only a start that is not saved automatically (``jitguard warm save`` still
+works).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from jitguard.integrations.boundary import shielded
+from jitguard.integrations.import_hooks import PostImportHook
+from jitguard.integrations.vllm.sites import mark, original_of
+
+log = logging.getLogger("jitguard.vllm")
+MODULE = "vllm.v1.engine.core"
+CLASS = "EngineCore"
+METHOD = "_initialize_kv_caches"
+
+_hook: PostImportHook | None = None
+_lock = threading.Lock()
+
+
+def restore_before_start() -> None:
+    """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done)."""
+    from jitguard.config import Settings
+    from jitguard.integrations import warm_start
+
+    warm_start.restore_once(Settings.from_env(), engine="vllm")  # never raises; a no-op without a store
+
+
+def save_when_ready() -> None:
+    """Watch for vLLM's engine core (now, or when it is imported) and save once it is ready."""
+    global _hook
+    with _lock:
+        if _hook is None:
+            _hook = PostImportHook((MODULE,), _patch)
+            _hook.install()
+    module = sys.modules.get(MODULE)
+    if module is not None:
+        _patch(module)
+
+
+def _patch(module: ModuleType) -> None:
+    shielded(
+        f"patching {MODULE}",
+        "this engine's start is not saved automatically",
+        lambda: _wrap(module),
+        lambda: False,
+    )
+
+
+def _wrap(module: ModuleType) -> bool:
+    cls = getattr(module, CLASS, None)
+    original = getattr(cls, "__dict__", {}).get(METHOD)
+    if not callable(original):
+        log.debug("jitguard: %s.%s.%s not found; no automatic warm save", MODULE, CLASS, METHOD)
+        return False
+    if original_of(original) is not None:
+        return True
+
+    @functools.wraps(original)
+    def initialize_then_save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        shielded("saving the warm snapshot", "this start is not saved", _save, lambda: None)
+        return result
+
+    setattr(cls, METHOD, mark(initialize_then_save, original))
+    return True
+
+
+def _save() -> None:
+    from jitguard.config import Settings
+    from jitguard.integrations import warm_start
+
+    warm_start.save_when_ready(Settings.from_env(), engine="vllm")
+
+
+def undo() -> None:
+    """Take the wrapper off (tests; ``unregister``)."""
+    global _hook
+    with _lock:
+        if _hook is not None:
+            _hook.uninstall()
+        _hook = None
+    cls = getattr(sys.modules.get(MODULE), CLASS, None)
+    wrapper = getattr(cls, "__dict__", {}).get(METHOD)
+    original = original_of(wrapper)
+    if cls is not None and original is not None:
+        setattr(cls, METHOD, original)
