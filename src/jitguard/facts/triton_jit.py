@@ -232,8 +232,8 @@ def find_libcuda(triton_version: str, env: Mapping[str, str], *, ldconfig: str =
     if explicit:
         return LibcudaLookup("TRITON_LIBCUDA_PATH", (explicit,), True, flag, fix_dirs=fix_dirs)
     if not os.path.exists(ldconfig):
-        error = f"FileNotFoundError: [Errno 2] No such file or directory: '{ldconfig}'"
-        return LibcudaLookup("none", (), False, flag, error=error, fix_dirs=fix_dirs)
+        missing = f"FileNotFoundError: [Errno 2] No such file or directory: '{ldconfig}'"
+        return LibcudaLookup("none", (), False, flag, error=missing, fix_dirs=fix_dirs)
     listed = _ldconfig_libcuda(ldconfig)
     dirs = [os.path.dirname(p) for p in listed]
     source = "ldconfig"
@@ -241,7 +241,7 @@ def find_libcuda(triton_version: str, env: Mapping[str, str], *, ldconfig: str =
         dirs = [d for d in ld_dirs if os.path.exists(os.path.join(d, LIBCUDA))]
         source = "LD_LIBRARY_PATH"
     found = any(os.path.exists(os.path.join(d, LIBCUDA)) for d in dirs)
-    error = None
+    error: str | None = None
     if not found:
         error = "libcuda.so cannot found! " + (
             f"Possible files are located at {list(listed)}."
