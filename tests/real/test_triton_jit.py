@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from envelope_schemas import schema_errors
 from jitguard.facts import triton_jit
 from jitguard.findings import checks_triton
 from jitguard.findings.classify import classify
@@ -252,6 +253,7 @@ def test_doctor_json_shows_triton_cc_missing_under_the_triton_backend(
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
+    assert schema_errors(report) == []  # the shipped JSON Schema describes triton_jit
     triton = report["backends"]["triton"]
     codes = [f["code"] for f in triton["findings"]]
     assert "triton-cc-missing" in codes and not triton["usable"]
