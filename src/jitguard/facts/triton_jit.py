@@ -110,7 +110,9 @@ class StubBuild:
     def evidence(self) -> tuple[str, ...]:
         lines = [line.strip() for line in self.output.splitlines() if line.strip()]
         relevant = [
-            line for line in lines if "error" in line.lower() or "cannot find" in line or "No such file" in line
+            line
+            for line in lines
+            if "error" in line.lower() or "cannot find" in line or "No such file" in line
         ] or lines[-3:]
         return (f"$ {' '.join(self.command)}", *relevant[:4], f"exit status {self.returncode}")
 
