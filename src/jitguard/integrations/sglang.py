@@ -161,8 +161,8 @@ class LinearAttnGuard:
         moved = [v for v in verdicts if v.action == "fallback" and v.phase not in self._announced]
         if moved:
             self._announced.update(v.phase for v in moved)
-            if not self._triton_blocked(moved[0].primary):  # else that one line said both, with both fixes
-                log.warning("%s", fallback_message(moved))
+            log.warning("%s", fallback_message(moved))
+            self._triton_blocked(moved[0].primary)  # one error line more when Triton's JIT is blocked too
         elif any(v.backend == TRITON for v in verdicts):
             self._triton_blocked(None)  # SGLang's own Triton: it too needs Triton's JIT
         kept = [v.phase for v in verdicts if v.action == "keep" and v.chosen == FLASHINFER]

@@ -212,8 +212,6 @@ class GdnGuard:
             self._announced.add("fallback")
             self._announced.add("triton")
             f = verdict.primary
-            if self._triton(f):
-                return  # Triton's JIT is blocked too: that one line said both, with both fixes
             what = f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out"
             fix = f"{f.fix_suffix()}." if f and f.fixes else ""
             log.warning(
@@ -226,6 +224,7 @@ class GdnGuard:
                 what,
                 fix,
             )
+            self._triton(f)  # Triton's JIT blocked too: one error line more, naming both blocks and fixes
         elif verdict.action == "keep" and verdict.status is not None and "keep" not in self._announced:
             self._announced.add("keep")
             unknown = [f for f in verdict.status.findings if f.code == UNVERIFIED]
