@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from jitguard.facts.memory import MemoryFacts
     from jitguard.facts.packages import PackageFacts
     from jitguard.facts.toolchain import ToolchainFacts
+    from jitguard.facts.triton_jit import TritonJitFacts
 
 
 T = TypeVar("T")
@@ -83,6 +84,8 @@ class Facts:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     # CuTeDSL era only (None otherwise): the nvidia-cutlass-dsl wheels' files against their RECORD (~1 s)
     dsl_install: DslInstallFacts | None = None
+    # Triton installed only (None otherwise): its JIT's C compiler, Python.h and libcuda, and a real stub build
+    triton_jit: TritonJitFacts | None = None
 
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
@@ -100,6 +103,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         memory,
         packages,
         toolchain,
+        triton_jit,
     )
 
     env = dict(os.environ if env is None else env)
@@ -138,7 +142,12 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     dsl = None
     if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
         dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
+    triton = pkgs.get("triton") if "packages" not in unavailable else None
+    jit = None
+    if triton is not None:
+        where = os.path.join(triton.location, "triton") if triton.location else None
+        jit = run("triton_jit", lambda: triton_jit.probe(triton.version, env, triton_dir=where))
     key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"
-    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable), dsl_install=dsl)
+    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable), dsl_install=dsl, triton_jit=jit)

@@ -68,6 +68,10 @@ _RULES: tuple[_Rule, ...] = (
         ),
         _glibcxx_params,
     ),
+    # Triton's launcher build (runtime/build.py, backends/nvidia/driver.py), before FlashInfer's -lcuda rule.
+    _Rule("triton-cc-missing", re.compile(r"Failed to find C compiler\. Please specify via CC")),
+    _Rule("triton-python-headers-missing", re.compile(r"\bPython\.h: No such file or directory")),
+    _Rule("triton-libcuda-missing", re.compile(r"libcuda\.so cannot found!|cannot find -l:libcuda\.so\.1")),
     _Rule(
         "link-missing-libcuda", re.compile(r"cannot find -lcuda\b(?!rt)|undefined reference to `cu[A-Z]\w*'")
     ),
@@ -155,6 +159,10 @@ def classify(
 
 
 def _facts_params(code: str, facts: Facts | None) -> dict[str, Any]:
+    if code.startswith("triton-"):
+        from jitguard.findings.checks_triton import params_for as triton_params
+
+        return triton_params(code, facts)
     if facts is None:
         return {}
     from jitguard.findings.checks_toolchain import params_for

@@ -195,8 +195,12 @@ class Dispatcher:
         skipped = [e for e in made.trace if e.outcome in ("skipped", "failed")]
         if not skipped:
             return
-        first = decision.primary_finding(skipped[0].findings) if skipped[0].findings else None
-        detail = f"{skipped[0].backend} [{first.code}] {first.title}" if first else skipped[0].backend
+        # Every skipped backend with its cause and first fix: with FlashInfer and Triton both blocked, one line
+        # says both, so neither fix is learned only after the other.
+        primaries = [
+            (e.backend, decision.primary_finding(e.findings) if e.findings else None) for e in skipped
+        ]
+        detail = "; ".join(f"{name} [{f.code}] {f.title}" if f else name for name, f in primaries)
         notice = make(
             "gdn-fallback-in-use",
             backend=chosen.NAME,
@@ -208,7 +212,11 @@ class Dispatcher:
         for plan in self._plans.values():
             if plan.decision is made:
                 plan.decision = _with_note(made, TraceEntry(chosen.NAME, "note", notice.title, (notice,)))
-        fix = first.fix_suffix() if first else ""
+        fixes = [(name, f) for name, f in primaries if f is not None and f.fixes]
+        if len(fixes) == 1:
+            fix = fixes[0][1].fix_suffix()
+        else:
+            fix = "".join(f" Fix {name}: {f.fixes[0].render()}" for name, f in fixes)
         log.warning("jitguard: [%s] %s. %s%s", notice.code, notice.title, notice.cause, fix)
 
     def failed_here(self, name: str) -> tuple[Finding, ...]:

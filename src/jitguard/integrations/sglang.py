@@ -43,9 +43,11 @@ from jitguard.errors import ConfigError
 from jitguard.integrations.sglang_choice import (
     BASE,
     FLASHINFER,
+    OP,
     OPTIONS,
     PHASES,
     STASH,
+    TRITON,
     FlashInferHere,
     PhaseVerdict,
     SglangBackendUnavailable,
@@ -61,6 +63,7 @@ from jitguard.integrations.sglang_choice import (
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
+    from jitguard.findings.model import Finding
 
 log = logging.getLogger("jitguard.sglang")
 
@@ -107,6 +110,7 @@ class LinearAttnGuard:
 
     def __init__(self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None):
         self._lookup = lookup or functools.partial(look, facts)
+        self._facts = facts
         self._here: FlashInferHere | None = None
         self._announced: set[str] = set()
         self.looks = 0  # how often FlashInfer was looked at (once per process, at most)
@@ -120,6 +124,7 @@ class LinearAttnGuard:
         ``lookup``."""
         with self._lock:
             self._lookup = lookup or functools.partial(look, facts)
+            self._facts = facts
             self._here = None
             self._announced.clear()
             self.looks = 0
@@ -157,6 +162,9 @@ class LinearAttnGuard:
         if moved:
             self._announced.update(v.phase for v in moved)
             log.warning("%s", fallback_message(moved))
+            self._triton_blocked(moved[0].primary)  # one error line more when Triton's JIT is blocked too
+        elif any(v.backend == TRITON for v in verdicts):
+            self._triton_blocked(None)  # SGLang's own Triton: it too needs Triton's JIT
         kept = [v.phase for v in verdicts if v.action == "keep" and v.chosen == FLASHINFER]
         if kept and "keep" not in self._announced:
             self._announced.add("keep")
@@ -165,6 +173,20 @@ class LinearAttnGuard:
                 "FlashInfer's nvcc JIT builds in this process are supervised and shared by the ranks.",
                 ", ".join(kept),
             )
+
+    def _triton_blocked(self, flashinfer: Finding | None) -> bool:
+        """Once per process: one error line when Triton's JIT cannot build its launcher here."""
+        if "triton" in self._announced:
+            return False
+        self._announced.add("triton")
+        from jitguard.gdn.dispatch import dispatcher
+        from jitguard.integrations.triton_jit import warn_if_blocked
+
+        try:
+            facts = self._facts or dispatcher().environment.facts()
+        except Exception:  # the FlashInfer look reports a collection that failed
+            return False
+        return warn_if_blocked("SGLang", OP, facts, flashinfer)
 
 
 def fault_message(exc: BaseException) -> str:

@@ -286,6 +286,29 @@ def test_an_accelerator_call_on_a_fallback_warns_once(
     )  # a decision is a value: the note goes to the plan
 
 
+class NoCompilerForTriton(LinksAgainstLibcuda):
+    NAME = "fastsecond"
+    MODULE = "gdn-prefill/fastsecond"
+
+    def input_findings(self, spec: CallSpec) -> list[Finding]:
+        from jitguard.findings.catalog import make
+
+        return [make("triton-cc-missing", backend=self.NAME, detail="", compiler="/usr/bin/gcc-12")]
+
+
+def test_a_fallback_past_two_blocked_backends_names_both_with_their_fixes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    backends = [NeverTakesInputs(tmp_path), NoCompilerForTriton(tmp_path), torch_backend]
+    d = Dispatcher(backends, PreflightPasses(cache_dir=tmp_path / "c"))  # type: ignore[arg-type]
+    made = d.decide("auto", CallSpec("cuda", "bfloat16", 64, 2, 2, 4))
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        d._announce(made)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "fastfirst [gdn-input-unsupported]" in warning and "fastsecond [triton-cc-missing]" in warning
+    assert "Fix fastsecond: " in warning and "export CC=/usr/bin/gcc-12" in warning
+
+
 def test_without_torch_no_backend_is_shown_as_chosen(tmp_path: Path) -> None:
     """This machine's real facts with torch's distribution taken out: resolve() (doctor, explain) must not
     name torch as chosen; no call's tensors prove it is installed."""

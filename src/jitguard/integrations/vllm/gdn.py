@@ -144,10 +144,26 @@ def default_status() -> BackendStatus:
     return gdn_status(engine_facts().get())
 
 
+def default_triton_check(flashinfer: Finding | None) -> bool:
+    """Log one error line when the Triton/FLA path vLLM takes cannot build Triton's launcher here (with
+    FlashInfer's block, when that is why); True when it did."""
+    from jitguard.integrations.triton_jit import warn_if_blocked
+    from jitguard.integrations.vllm import engine_facts
+
+    try:
+        facts = engine_facts().get()
+    except Exception:  # already reported once by the facts' collection
+        return False
+    return warn_if_blocked("vLLM", OP, facts, flashinfer)
+
+
 class GdnGuard:
     """Applies ``decide`` for one process: asks for the status at most once, warns at most once."""
 
-    def __init__(self, status: StatusProvider | None = None) -> None:
+    def __init__(
+        self, status: StatusProvider | None = None, triton: Callable[[Finding | None], bool] | None = None
+    ) -> None:
+        self._triton = triton or default_triton_check
         self._provider = status or default_status
         self._status: BackendStatus | None = None
         self._status_failed = False
@@ -183,6 +199,9 @@ class GdnGuard:
                 report_fault(f"the check of FlashInfer {OP}", f"vLLM's choice ({chosen}) stands", exc)
                 return chosen
             self._announce(verdict)
+            if verdict.action == "keep" and verdict.backend == TRITON and "triton" not in self._announced:
+                self._announced.add("triton")  # vLLM's own Triton/FLA: it too needs Triton's JIT
+                self._triton(None)
             if verdict.action == "refuse":
                 assert verdict.status is not None
                 raise VllmBackendUnavailable(OP, FLASHINFER, verdict.status.findings, TRITON)
@@ -191,6 +210,7 @@ class GdnGuard:
     def _announce(self, verdict: Verdict) -> None:
         if verdict.action == "fallback" and "fallback" not in self._announced:
             self._announced.add("fallback")
+            self._announced.add("triton")
             f = verdict.primary
             what = f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out"
             fix = f"{f.fix_suffix()}." if f and f.fixes else ""
@@ -204,6 +224,7 @@ class GdnGuard:
                 what,
                 fix,
             )
+            self._triton(f)  # Triton's JIT blocked too: one error line more, naming both blocks and fixes
         elif verdict.action == "keep" and verdict.status is not None and "keep" not in self._announced:
             self._announced.add("keep")
             unknown = [f for f in verdict.status.findings if f.code == UNVERIFIED]
