@@ -147,7 +147,9 @@ def releases_for(target: Target) -> ReleaseRange | None:
 
 def table_targets(release: Release) -> tuple[str, ...]:
     """Every ``compute_*`` value the table says nvcc of ``release`` accepts (the fallback list)."""
-    found = [f"compute_{n}" for n, (first, last) in _PLAIN.items() if ReleaseRange(first, last).contains(release)]
+    found = [
+        f"compute_{n}" for n, (first, last) in _PLAIN.items() if ReleaseRange(first, last).contains(release)
+    ]
     for (number, suffix), _ in _SUFFIXED.items():
         rng = releases_for(Target(number // 10, number % 10, suffix))
         if rng is not None and rng.contains(release):

@@ -60,16 +60,23 @@ def _release(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def normalise(version: str | None, major: int, minor: int, cuda: Release | None) -> tuple[Target | None, str | None]:
+def normalise(
+    version: str | None, major: int, minor: int, cuda: Release | None
+) -> tuple[Target | None, str | None]:
     """The target FlashInfer ``version`` derives from capability major.minor with CUDA ``cuda`` (None: the
     release is unknown, taken as new enough), or its RuntimeError message."""
     release = _release(version) or (0, 0, 0)
     if release < (0, 6, 7):
         return Target(major, minor, "a" if major >= 9 else ""), None
-    at_least = (lambda r: cuda is None or cuda >= r)
+
+    def at_least(needed: Release) -> bool:
+        return cuda is None or cuda >= needed
+
     if major == 12:
         if release < (0, 6, 8):
-            return (Target(12, 0, "f"), None) if at_least((12, 9)) else (None, "SM 12.x requires CUDA >= 12.9")
+            return (
+                (Target(12, 0, "f"), None) if at_least((12, 9)) else (None, "SM 12.x requires CUDA >= 12.9")
+            )
         if release < (0, 7, 1):
             if not at_least((12, 9)):
                 return None, "SM 12.x requires CUDA >= 12.9"
@@ -80,7 +87,9 @@ def normalise(version: str | None, major: int, minor: int, cuda: Release | None)
             if at_least((12, 8)):
                 return Target(12, 0, "a"), None
             return None, "SM 120 requires CUDA >= 12.8"
-        return (Target(12, minor, "a"), None) if at_least((12, 9)) else (None, "SM 12.1+ requires CUDA >= 12.9")
+        return (
+            (Target(12, minor, "a"), None) if at_least((12, 9)) else (None, "SM 12.1+ requires CUDA >= 12.9")
+        )
     return Target(major, minor, "a" if major >= 9 else ""), None
 
 
@@ -117,8 +126,8 @@ def plan(
         return ArchPlan(tuple(sorted(targets)), "FLASHINFER_CUDA_ARCH_LIST", tuple(refusals), scheme)
     if not capabilities:
         return None
-    for major, minor in capabilities:
-        found, refused = normalise(version, major, minor, cuda)
+    for cap_major, cap_minor in capabilities:
+        found, refused = normalise(version, cap_major, cap_minor, cuda)
         if refused:
             refusals.append(refused)
         elif found:
@@ -192,7 +201,9 @@ class JitCacheWheel:
 
     @property
     def command(self) -> str:
-        return f"pip install --no-deps --index-url {self.index_url} " + " ".join(f"'{p}'" for p in self.packages)
+        return f"pip install --no-deps --index-url {self.index_url} " + " ".join(
+            f"'{p}'" for p in self.packages
+        )
 
 
 def jit_cache_wheel(
@@ -214,7 +225,9 @@ def jit_cache_wheel(
     runnable = [t for t in listed if t.runs_on(*device)]
     if not runnable:
         return None
-    best = max(runnable, key=lambda t: ((t.major, t.minor) == device, t.suffix == "a", t.suffix == "f", t.minor))
+    best = max(
+        runnable, key=lambda t: ((t.major, t.minor) == device, t.suffix == "a", t.suffix == "f", t.minor)
+    )
     shim = f"flashinfer-jit-cache=={public}+{label}"
     if release < (0, 7, 0):
         return JitCacheWheel(label, cuda, (shim,), best)
