@@ -13,6 +13,7 @@ with short timeouts so the doctor stays fast.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -102,6 +103,9 @@ class ToolchainFacts:
     cxx_alternatives: tuple[str, ...]
     # The PATH the tools were looked up in.
     search_path: str = ""
+    # Every value nvcc's --gpu-architecture accepts, from `nvcc --help` (compute_120f, sm_90a, ...); () when
+    # nvcc is missing or its help has no such list (facts.cuda_archs then falls back to its release table).
+    nvcc_gpu_archs: tuple[str, ...] = ()
 
     @property
     def nvcc_finds_headers(self) -> bool:
@@ -131,6 +135,7 @@ def probe(env: Mapping[str, str] | None = None) -> ToolchainFacts:
         jobs["nvcc-dryrun"] = lambda: _run(
             [*nvcc_command, "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull], run_env
         )
+        jobs["nvcc-archs"] = lambda: (0, "\n".join(nvcc_gpu_archs(nvcc_command, nvcc_path, run_env)), None)
     if ninja_path:
         jobs["ninja"] = lambda: _run(["ninja", "--version"], run_env)
     if cxx_path:
@@ -171,7 +176,30 @@ def probe(env: Mapping[str, str] | None = None) -> ToolchainFacts:
         cuda_homes=find_cuda_homes(env, [cuda_home, toolkit_dir]),
         cxx_alternatives=_cxx_alternatives(search_path),
         search_path=search_path,
+        nvcc_gpu_archs=tuple(results["nvcc-archs"][1].split()) if "nvcc-archs" in results else (),
     )
+
+
+def nvcc_gpu_archs(command: tuple[str, ...], path: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values ``--gpu-architecture`` of ``command`` accepts, read once per process per nvcc executable
+    (same path, size and mtime): an engine collects its facts more than once."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return _nvcc_gpu_archs(command, path, st.st_size, st.st_mtime_ns, tuple(sorted(env.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _nvcc_gpu_archs(
+    command: tuple[str, ...], path: str, size: int, mtime_ns: int, env: tuple[tuple[str, str], ...]
+) -> tuple[str, ...]:
+    from jitguard.facts.cuda_archs import parse_nvcc_help
+
+    returncode, output, error = _run([*command, "--help"], dict(env))
+    if error is not None or returncode != 0:
+        return ()
+    return parse_nvcc_help(output)
 
 
 def resolve_cuda_home(env: Mapping[str, str]) -> tuple[str | None, str]:

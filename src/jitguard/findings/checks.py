@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from jitguard.findings import checks_dsl, checks_packages, checks_system, checks_toolchain, checks_triton
+from jitguard.findings import (
+    checks_arch,
+    checks_dsl,
+    checks_packages,
+    checks_system,
+    checks_toolchain,
+    checks_triton,
+)
 from jitguard.findings.model import Finding, sort_findings
 
 if TYPE_CHECKING:
@@ -26,6 +33,7 @@ JIT_BUILD_DOOM = frozenset(
         "cuda-headers-missing",
         "link-missing-libcuda",
         "link-missing-libcudart",
+        "nvcc-arch-unsupported",  # for the choice's own module kind (findings.checks_arch.for_choice)
         "torch-missing",  # FlashInfer's cpp_ext reads torch's C++ ABI flag to write the ninja file
     }
 )
@@ -41,6 +49,7 @@ def preflight(facts: Facts, backend: str) -> list[Finding]:
     found += checks_system.check(facts, backend)
     found += checks_toolchain.check(facts, backend)
     found += checks_triton.check(facts, backend)
+    found += checks_arch.check(facts, backend)
     return sort_findings(_dedupe(found))
 
 

@@ -53,6 +53,12 @@ def _glibcxx_params(matches: list[re.Match[str]]) -> dict[str, Any]:
     }
 
 
+def _arch_params(matches: list[re.Match[str]]) -> dict[str, Any]:
+    """The target nvcc rejected (``compute_70``, ``sm_120f``); none for FlashInfer's own refusal line."""
+    named = [m.group("arch") or m.group("value") for m in matches if not m.group("refused")]
+    return {"arch": named[0]} if named else {}
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
@@ -91,6 +97,16 @@ _RULES: tuple[_Rule, ...] = (
             r"Feature '.*' requires .* sm_90a",
             re.I,
         ),
+    ),
+    _Rule(
+        "nvcc-arch-unsupported",
+        re.compile(
+            r"Unsupported gpu architecture '(?P<arch>\w+)'"
+            r"|Value '(?P<value>\w+)' is not defined for option 'gpu-(?:architecture|code)'"
+            r"|(?P<refused>SM 12\.x requires CUDA >= 12\.9|SM 120 requires CUDA >= 12\.8"
+            r"|SM 12\.1\+ requires CUDA >= 12\.9)"
+        ),
+        _arch_params,
     ),
     _Rule(
         "cutlass-dsl-compile-broken",
@@ -135,10 +151,9 @@ def classify(
         evidence = _unique(m.string.strip() for m in matches)[:MAX_EVIDENCE_LINES]
         if rule.code.startswith("link-"):
             evidence = _link_command(lines)[:1] + evidence
-        known = _facts_params(rule.code, facts)
-        findings.append(
-            make(rule.code, backend=backend, evidence=evidence, **{**known, **rule.params(matches), **params})
-        )
+        found = rule.params(matches)
+        known = _facts_params(rule.code, facts, found)
+        findings.append(make(rule.code, backend=backend, evidence=evidence, **{**known, **found, **params}))
         seen.add(rule.code)
     if returncode in SIGKILL_CODES and "build-oom-killed" not in seen:
         findings.append(
@@ -158,11 +173,15 @@ def classify(
     ]
 
 
-def _facts_params(code: str, facts: Facts | None) -> dict[str, Any]:
+def _facts_params(code: str, facts: Facts | None, found: dict[str, Any]) -> dict[str, Any]:
     if code.startswith("triton-"):
         from jitguard.findings.checks_triton import params_for as triton_params
 
         return triton_params(code, facts)
+    if code == "nvcc-arch-unsupported":
+        from jitguard.findings.checks_arch import log_params
+
+        return log_params(facts, found.get("arch"))
     if facts is None:
         return {}
     from jitguard.findings.checks_toolchain import params_for

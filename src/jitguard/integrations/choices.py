@@ -116,6 +116,7 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
         return assess(choice, gdn.findings, known)
     from jitguard.facts.flashinfer_modules import prebuilt
     from jitguard.findings.checks import jit_preflight
+    from jitguard.findings.checks_arch import for_choice
     from jitguard.findings.checks_toolchain import check_built_library
 
     fi = facts.flashinfer
@@ -134,7 +135,9 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
         )
         known += check_built_library(module.path, facts.libstdcxx)
     jit_cache = bool(fi.jit_cache_version) and bool(fi.jit_cache_matches) and not fi.jit_cache_import_raises
-    return assess(choice, jit_preflight(facts), known, [m.name for m in built], jit_cache=jit_cache)
+    arch_build, arch_always = for_choice(facts, choice.key)  # the GPU arch x toolkit check, per module kind
+    pre = [*jit_preflight(facts), *arch_build]
+    return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
 
 
 def gdn_status(facts: Facts) -> BackendStatus:

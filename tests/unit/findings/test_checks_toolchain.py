@@ -30,6 +30,7 @@ AGREED_CODES = {
     "libstdcxx-runtime-older",
     "so-glibcxx-missing",
     "cuda-headers-missing",
+    "nvcc-arch-unsupported",
 }
 
 

@@ -145,7 +145,9 @@ def test_a_snapshot_of_another_stack_or_arch_is_never_used(tmp_path: Path) -> No
     foreign = json.loads(manifest_path(tmp_path).read_text())
     foreign["stack"]["torch"] = "2.13.0"
     manifest_path(tmp_path).write_text(json.dumps(foreign))
-    with pytest.raises(SnapshotRejected, match=re.escape("another software stack: torch 2.13.0 there, 2.11.0 here")):
+    with pytest.raises(
+        SnapshotRejected, match=re.escape("another software stack: torch 2.13.0 there, 2.11.0 here")
+    ):
         fetch_manifest(store, STACK, "default")
 
 

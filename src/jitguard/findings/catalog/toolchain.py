@@ -76,6 +76,45 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="nvcc-arch-unsupported",
+        severity="error",
+        title="The CUDA toolkit cannot build FlashInfer's kernels for {arch} ({modules})",
+        cause=(
+            "FlashInfer {fi_version} asks nvcc for `{gencode}` ({arch_source}) when it JIT-compiles {modules}. "
+            "{reason} The build (or FlashInfer before it) fails within seconds, and an engine that picked "
+            "FlashInfer there stops at start-up instead of serving (vLLM #50705)."
+        ),
+        fixes=(
+            FixTemplate(
+                "FlashInfer's kernels need sm75 or newer, so {dropped} in FLASHINFER_CUDA_ARCH_LIST builds "
+                "nothing anyone can use: leave it out",
+                "export FLASHINFER_CUDA_ARCH_LIST='{kept_list}'",
+            ),
+            FixTemplate(
+                "This nvcc can build {alt_arch} for the same GPU: name it (FlashInfer takes an entry with a "
+                "suffix as written)",
+                "export FLASHINFER_CUDA_ARCH_LIST='{alt_list}'",
+            ),
+            FixTemplate(
+                "A CUDA toolkit that targets {arch} exists at {found_home} (CUDA {found_version}): point "
+                "FlashInfer at it",
+                "export CUDA_HOME={found_home}",
+            ),
+            FixTemplate(
+                "Compile with a CUDA toolkit whose nvcc targets {arch} ({needs}; NVIDIA's CUDA apt "
+                "repository shown)",
+                "apt-get install -y cuda-toolkit-{toolkit_dash} && export CUDA_HOME=/usr/local/cuda-{toolkit}",
+            ),
+            FixTemplate(
+                "Or compile nothing: flashinfer-jit-cache for FlashInfer {fi_version} and CUDA {wheel_cuda} "
+                "ships these modules prebuilt for {wheel_arch}",
+                "{wheel_command}",
+            ),
+            FixTemplate("Or keep the engine off FlashInfer's JIT here: {engine_path}", "{engine_command}"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="ninja-missing",
         severity="error",
         title="ninja not found: FlashInfer cannot run its JIT build",
