@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci"))
 NVCC_13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 OLD_NVCC_HOME = ROOT / "nvcc-11.8" / "usr" / "lib" / "nvidia-cuda-toolkit"
-DEBIAN_SOURCE = "deb http://deb.debian.org/debian bookworm non-free\n"
+APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 TINY_CU = "__global__ void k(int *p) { *p = 1; }\n"
 
 needs_nvcc_13 = pytest.mark.skipif(not NVCC_13.is_file(), reason=f"{NVCC_13} is not installed")
@@ -36,6 +36,31 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+def _debian_non_free() -> str | None:
+    """A one-line apt source for the non-free component of the Debian mirror and suite this machine's apt is
+    set up with (deb822 ``debian.sources`` or ``sources.list``); None when there is none."""
+    for path in APT_SOURCES:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.suffix == ".sources":
+            for stanza in text.split("\n\n"):
+                fields = dict(
+                    line.split(":", 1)
+                    for line in stanza.splitlines()
+                    if ":" in line and not line.startswith("#")
+                )
+                uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
+                if uris and suites and not suites[0].endswith("-security"):
+                    return f"deb {uris[0]} {suites[0]} non-free\n"
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[2]:
+                return f"deb {parts[1]} {parts[2]} non-free\n"
+    return None
+
+
 def _fetch_old_nvcc(target: Path) -> str | None:
     """Debian bookworm's nvidia-cuda-toolkit (CUDA 11.8) unpacked into ``target``; the error, else None. apt
     runs with a private source list and state directory, so the machine's own apt setup is left alone."""
@@ -44,7 +69,10 @@ def _fetch_old_nvcc(target: Path) -> str | None:
     work = target.with_name(target.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     (work / "lists" / "partial").mkdir(parents=True)
-    (work / "sources.list").write_text(DEBIAN_SOURCE)
+    source = _debian_non_free()
+    if source is None:
+        return "this machine's apt has no Debian source to take the non-free component from"
+    (work / "sources.list").write_text(source)
     options = [
         f"-oDir::Etc::SourceList={work / 'sources.list'}",
         "-oDir::Etc::SourceParts=/dev/null",
