@@ -22,6 +22,11 @@ that dict:
    publishes it (not when the DSL's files differ from its wheels: ``dsl_damage``); the in-process kernel
    serves this process.
 
+With an artifact store (``JITGUARD_SHARE``), step 3 first fetches the kernel another host compiled (the key
+holds no path, so hosts with the same stack and arch agree; sha256-verified by the store, then loaded here
+before it is kept), and a kernel compiled here is published (``JITGUARD_SHARE_PUBLISH=1``), as FlashInfer's
+nvcc modules are (``fleet.module_share``): a store that fails is one warning and a local compile.
+
 Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
 object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
 and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller
@@ -48,7 +53,7 @@ from typing import Any
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl import dsl_environment, dsl_stack
-from jitguard.state.kernel_cache import KernelCache, KernelEntry, KernelKey
+from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
@@ -158,11 +163,15 @@ def _first_use(module: ModuleType, func: Any, options: Any, memory_key: Any, sto
     lock = _take_lock(settings, key)
     try:
         loaded = _load(cache, key) if lock is not None else None  # published while we waited
+        if loaded is None and settings.share_url:
+            loaded = _fetch_shared(settings, cache, key)
         if loaded is not None:
             module._in_mem_compile_cache[memory_key] = loaded
             return loaded
         compiled = _timed(stock, key.name)  # FlashInfer's errors are the caller's
-        _publish(cache, key, compiled)
+        kept = _publish(cache, key, compiled)
+        if kept is not None and settings.share_url and settings.share_publish:
+            _publish_shared(settings, key, *kept)
         return compiled
     finally:
         if lock is not None:
@@ -308,7 +317,9 @@ def dsl_damage() -> str:
     return ", ".join(damaged)
 
 
-def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> None:
+def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, str] | None:
+    """Keep the compiled kernel in the kernel cache; its object and format when it may be shared (it loads
+    back, and the DSL's install is as its wheels say), else None."""
     try:
         damaged = dsl_damage()
         if damaged:
@@ -318,15 +329,71 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> None:
                 "from its wheels (%s; `jitguard doctor` says how to repair it)",
                 damaged,
             )
-            return
+            return None
         blob, format = export_object(compiled, key.symbol)
         load_object(
             KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
         )  # a kernel that does not load back is not kept for others
         if cache.put(key, blob, format=format):
             log.info("jitguard: kept the CuTeDSL kernel %s for later processes (%s)", key.name, cache.root)
+        return blob, format
     except Exception as exc:
         _fault(f"keeping the CuTeDSL kernel {key.name}", exc)
+        return None
+
+
+# -- the fleet: kernels shared between hosts through the artifact store (JITGUARD_SHARE) ------------------
+SHARED_MODULE = "cutedsl-kernel"
+
+
+def _share(settings: Settings, key: KernelKey) -> Any:
+    from jitguard.fleet.artifact_store import ArtifactKey
+    from jitguard.fleet.module_share import Share
+
+    return Share(
+        settings.share_url or "", ArtifactKey(SHARED_MODULE, key.digest, "object"), settings.share_timeout
+    )
+
+
+def _fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any:
+    """The kernel another host compiled, fetched (sha256-verified by the store), loaded here, and kept in the
+    kernel cache for later processes. None on a miss or any fault (warned once), then it is compiled."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-fetch-") as directory:
+            outcome = _share(settings, key).fetch(Path(directory))
+            if outcome.action != "fetched" or len(outcome.files) != 1:
+                return None
+            name = outcome.files[0]
+            format = name.removesuffix(".o")
+            if format not in FORMATS:
+                log.warning(
+                    "jitguard: the store holds %s for %s, not a kernel object; compiling it", name, key.name
+                )
+                return None
+            blob = (Path(directory) / name).read_bytes()
+        loaded = load_object(
+            KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
+        )
+        cache.put(key, blob, format=format)
+        log.info(
+            "jitguard: fetched the CuTeDSL kernel %s from the fleet (%d bytes, no compile)",
+            key.name,
+            len(blob),
+        )
+        return loaded
+    except Exception as exc:
+        _fault(f"fetching the CuTeDSL kernel {key.name}", exc)
+        return None
+
+
+def _publish_shared(settings: Settings, key: KernelKey, blob: bytes, format: str) -> None:
+    try:
+        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-publish-") as directory:
+            path = Path(directory) / f"{format}.o"
+            path.write_bytes(blob)
+            _share(settings, key).publish({path.name: path}, {"name": key.name, "symbol": key.symbol})
+    except Exception as exc:
+        _fault(f"publishing the CuTeDSL kernel {key.name}", exc)
 
 
 def export_object(compiled: Any, symbol: str) -> tuple[bytes, str]:

@@ -362,3 +362,65 @@ def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch, tmp_
     )
     monkeypatch.setattr(dsl_install, "probe", lambda **_: dsl_install.DslInstallFacts((broken,), 0, 0.0))
     assert cutedsl_cache.dsl_damage() == "nvidia-cutlass-dsl-libs-cu13 (1 files)"
+
+
+# ---- the fleet: one host compiles and publishes, another fetches ------------------------------------------
+def _on_host(monkeypatch: pytest.MonkeyPatch, cache: Path, store: Path, *, publish: bool) -> None:
+    monkeypatch.setenv("JITGUARD_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JITGUARD_SHARE", f"file://{store}")
+    monkeypatch.setenv("JITGUARD_SHARE_PUBLISH", "1" if publish else "0")
+    cutedsl_cache._warned.clear()
+
+
+def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("fsspec")
+    store = tmp_path / "store"
+    store.mkdir()
+    compiles: list[bytes] = []
+    _on_host(monkeypatch, tmp_path / "host-a", store, publish=True)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert len(list((store / "v1" / "blobs").iterdir())) == 1
+
+    _on_host(monkeypatch, tmp_path / "host-b", store, publish=False)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    fetched = module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert isinstance(fetched, Loaded) and fetched.blob.endswith(b":compiled-0")
+    assert len(compiles) == 1  # host B compiled nothing
+    assert len(KernelCache(tmp_path / "host-b").entries()) == 1  # and keeps it for its later processes
+
+
+def test_a_tampered_kernel_in_the_store_is_refused_and_compiled_here(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("fsspec")
+    store = tmp_path / "store"
+    store.mkdir()
+    compiles: list[bytes] = []
+    _on_host(monkeypatch, tmp_path / "host-a", store, publish=True)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    blob = next((store / "v1" / "blobs").iterdir())
+    blob.write_bytes(blob.read_bytes()[:-1] + b"X")
+
+    _on_host(monkeypatch, tmp_path / "host-b", store, publish=False)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    with caplog.at_level(logging.WARNING):
+        again = module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert isinstance(again, Compiled) and len(compiles) == 2
+    assert "does not match its manifest" in caplog.text
+
+
+def test_a_store_that_is_not_there_is_one_warning_and_a_local_compile(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("fsspec")
+    compiles: list[bytes] = []
+    _on_host(monkeypatch, tmp_path / "host-a", tmp_path / "not-mounted", publish=True)
+    cutedsl_cache.route(module := flashinfer_like(compiles))
+    with caplog.at_level(logging.WARNING):
+        compiled = module.cached_compile(Kernel(), compile_options=OPTIONS)
+    assert isinstance(compiled, Compiled) and len(KernelCache(tmp_path / "host-a").entries()) == 1
+    assert "there is no store at" in caplog.text
