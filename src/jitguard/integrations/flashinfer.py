@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from jitguard.boundary.failsafe import shielded
 from jitguard.config import Settings
-from jitguard.integrations.boundary import shielded
 from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")

@@ -1,5 +1,5 @@
-"""Where jitguard meets an engine (vLLM, FlashInfer): the one place that keeps jitguard's own faults out of
-the engine (docs/failsafe.md: "never worse than without jitguard").
+"""The fail-safe boundary (docs/failsafe.md: "never worse than without jitguard"): the one place that keeps
+jitguard's own faults out of the code it runs inside (an engine, FlashInfer).
 
 Every hook body runs through ``shielded``: an exception that is jitguard's own (a missing dependency, a
 probe that raises, a malformed setting, an engine internal that moved) is logged once with the code
@@ -51,7 +51,11 @@ def report_fault(where: str, then: str, exc: BaseException) -> Finding:
         _reported.add(key)
     if first:
         log.warning(
-            "jitguard: [%s] %s. %s%s", finding.code, finding.title, finding.cause, finding.fix_suffix()
+            "jitguard: [%s] %s. %s%s To turn jitguard off: JITGUARD_DISABLE=1.",
+            finding.code,
+            finding.title,
+            finding.cause,
+            finding.fix_suffix(),
         )
         log.debug("jitguard: the fault in %s", where, exc_info=(type(exc), exc, exc.__traceback__))
     return finding
