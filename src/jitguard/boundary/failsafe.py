@@ -40,12 +40,13 @@ class DeadlineExceeded(Exception):
         super().__init__(f"{what} did not finish within {seconds:g} s (JITGUARD_PREFLIGHT_TIMEOUT)")
 
 
-def report_fault(where: str, then: str, exc: BaseException) -> Finding:
-    """The jitguard-fault finding for ``exc``, logged once per process for each place and kind of error."""
+def report_fault(where: str, then: str, exc: BaseException, *, once_per: str | None = None) -> Finding:
+    """The jitguard-fault finding for ``exc``, logged once per process for each place (or ``once_per``: a
+    coarser key, e.g. one kind of work on many kernels) and kind of error."""
     from jitguard.findings.checks_jitguard import fault
 
     finding = fault(where, then, exc)
-    key = (where, type(exc).__name__)
+    key = (once_per or where, type(exc).__name__)
     with _reported_lock:
         first = key not in _reported and not isinstance(exc, AlreadyReported)
         _reported.add(key)
