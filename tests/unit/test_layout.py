@@ -13,6 +13,8 @@ import jitguard
 PACKAGE = Path(jitguard.__file__).parent
 # Lowest first. `config`, `errors`, `fileio` (trusted file I/O) and `redaction` are the ground every stage stands on; `report` holds pure renderers
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
+# `boundary` is where jitguard runs inside foreign code (the fail-safe, the one patch mechanism, the process's
+# facts): right above `findings` (its fault line is a finding), below every stage that patches;
 # `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
 # snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
 # the engine integrations use the op; the CLI sits on top of everything.
@@ -20,6 +22,7 @@ STAGES = (
     ("config", "errors", "fileio", "redaction"),
     ("facts",),
     ("findings",),
+    ("boundary",),
     ("decision",),
     ("report",),
     ("state",),

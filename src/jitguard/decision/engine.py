@@ -1,6 +1,8 @@
-"""The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each.
+"""The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each: the
+one choice core of every engine plugin (vLLM's choices here, SGLang's linear-attention phases in
+``decision.sglang``).
 
-One table (``CHOICES``): GDN prefill, the top-k/top-p sampler, attention (and its FP8 KV cache), fused MoE,
+vLLM's table (``CHOICES``): GDN prefill, the top-k/top-p sampler, attention (and its FP8 KV cache), fused MoE,
 and FlashInfer's other kernels. Each JIT-compiles FlashInfer modules on first use; a compile or link failure
 there kills engine start-up (vLLM issue #50705). For each, the same question with the same facts and the
 same failure cache: can its modules be built (or are they prebuilt) and loaded here?
@@ -8,6 +10,9 @@ same failure cache: can its modules be built (or are they prebuilt) and loaded h
 - usable: the engine's choice stands;
 - not usable, and the engine picked it on its own: its own non-FlashInfer path, with one warning;
 - not usable, and the user named it: a clear stop at start-up (``ChoiceUnavailable``).
+
+``assess`` makes a choice's status from findings, ``verdict`` says what the engine does with it, and
+``primary_of`` names the finding a one-line message shows.
 
 Unknown is not "doomed" (docs/failsafe.md): a fact that could not be collected is a warning that blocks
 nothing; only positive evidence (a failed trial link, a missing tool, a recorded failure) changes what the
@@ -32,7 +37,33 @@ LOAD_DOOM = frozenset(
     {"flashinfer-import-broken", "jit-cache-mismatch", "so-glibcxx-missing", CACHED_FAILURE}
 )
 
+# Findings that stop every FlashInfer GDN kernel, the in-process CuTeDSL ones included (no nvcc, no link):
+# all that decides a kernel FlashInfer compiles in the process (SGLang's decode and verify).
+KERNEL_WIDE = frozenset(
+    {
+        "gpu-none",
+        "torch-missing",
+        "torch-no-cuda",
+        "flashinfer-missing",
+        "flashinfer-too-old",
+        "flashinfer-import-broken",
+        "jit-cache-mismatch",
+        "cutlass-dsl-missing",
+        "cutlass-dsl-too-old",
+        "cutlass-dsl-install-damaged",  # every CuTeDSL kernel runs on the mixed files, decode's too
+    }
+)
+# Codes that say "it failed before" without saying why: a one-line message names a classified cause first.
+RECORDED = frozenset({CACHED_FAILURE, "gdn-cached-failure"})
+
 Action = Literal["keep", "fallback", "refuse"]
+
+
+def primary_of(findings: Sequence[Finding]) -> Finding | None:
+    """The finding a one-line message names: the first blocking one (findings come most severe first), a
+    classified cause before a recorded failure; None when nothing blocks."""
+    blocking = [f for f in findings if f.blocking]
+    return next((f for f in blocking if f.code not in RECORDED), blocking[0] if blocking else None)
 
 
 @dataclass(frozen=True)
@@ -41,7 +72,10 @@ class Choice:
 
     ``modules``: FlashInfer module-name prefixes its first use builds (a module is named after its variant);
     ``needs``: the prefixes that must all be prebuilt for nothing to compile (default: all of ``modules``).
-    ``gdn``: GDN prefill's verdict is the GDN op's own (``jitguard.gdn``: every blocking finding counts)."""
+    ``gdn``: the verdict starts from the GDN op's own status (``jitguard.gdn``) and the recorded failures of
+    FlashInfer's GDN modules; ``decided_by``: the only codes that decide it (None: every finding), and
+    ``in_process_decided_by`` the same where FlashInfer runs it in-process here (an nvcc-era FlashInfer's
+    CuTeDSL Blackwell prefill). ``stakes``: what a refusal at start-up spares the user."""
 
     key: str
     title: str
@@ -51,6 +85,9 @@ class Choice:
     fallback: str  # the engine's own path without it
     needs: tuple[str, ...] = ()
     gdn: bool = False
+    decided_by: frozenset[str] | None = None
+    in_process_decided_by: frozenset[str] | None = None
+    stakes: str = "building it and failing later"
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -89,6 +126,7 @@ GDN_PREFILL = Choice(
     named_by="--gdn-prefill-backend flashinfer",
     fallback="Triton/FLA (same results, slower prefill)",
     gdn=True,
+    stakes="building for up to an hour and failing, or hanging, later",
 )
 SAMPLER = Choice(
     "sampler",
@@ -175,11 +213,7 @@ class ChoiceStatus:
 
     @property
     def primary(self) -> Finding | None:
-        """The finding a one-line message names: a classified cause before a generic one."""
-        blocking = self.blocking
-        if blocking:
-            return next((f for f in blocking if f.code != CACHED_FAILURE), None) or blocking[0]
-        return None
+        return primary_of(self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,13 +231,19 @@ def assess(
     prebuilt: Sequence[str] = (),
     *,
     jit_cache: bool = False,
+    in_process: bool = False,
 ) -> ChoiceStatus:
-    """The status of ``choice`` from the pre-flight findings (``findings.checks.jit_preflight``; for GDN
-    prefill the GDN op's own status), the findings about its modules themselves (``known``: recorded
+    """The status of ``choice`` from the pre-flight findings (``findings.checks.jit_preflight``; for a GDN
+    choice the GDN op's own status), the findings about its modules themselves (``known``: recorded
     failures, the load check of a prebuilt module) and the names of its prebuilt modules. ``jit_cache``: a
-    matching flashinfer-jit-cache is installed, so every module is prebuilt."""
+    matching flashinfer-jit-cache is installed, so every module is prebuilt; ``in_process``: FlashInfer runs
+    this GDN prefill in-process here (``prefill_in_process``)."""
     if choice.gdn:
-        kept = list(preflight)
+        scope = choice.decided_by
+        if in_process and choice.in_process_decided_by is not None:
+            scope = choice.in_process_decided_by
+        kept = [f for f in [*preflight, *known] if scope is None or f.code in scope]
+        known = ()
     else:
         built = jit_cache or all(any(m.startswith(p) for m in prebuilt) for p in choice.required)
         doomed = LOAD_DOOM if built else BUILD_DOOM | LOAD_DOOM
@@ -226,15 +266,30 @@ class ChoiceVerdict:
 
 
 def verdict(status: ChoiceStatus, *, named: bool) -> ChoiceVerdict:
-    """The engine chose FlashInfer for ``status.choice`` (``named``: because the user asked for it)."""
+    """The engine chose FlashInfer for ``status.choice`` (``named``: because the user asked for it): keep it
+    where it can work; else the engine's own path, or a stop when the user named it."""
     if status.usable:
         return ChoiceVerdict(status, named, "keep")
     return ChoiceVerdict(status, named, "refuse" if named else "fallback")
 
 
+def prefill_in_process(era: str | None, gpu_majors: set[int | None]) -> bool:
+    """Whether FlashInfer runs GDN prefill as an in-process CuTeDSL kernel where its nvcc era would build a
+    module: on SM100 only (its Blackwell kernel, CUDA 13)."""
+    from jitguard.facts.flashinfer import ERA_NVCC
+
+    return era == ERA_NVCC and gpu_majors == {10}
+
+
+def normalise_request(value: object) -> str:
+    """An engine's backend option as the engine reads it: a missing or empty value is 'auto'."""
+    text = str(value).strip().lower() if value is not None else ""
+    return text or "auto"
+
+
 class ChoiceUnavailable(BackendUnavailable):
     """A FlashInfer path the user named cannot work here: the engine stops at start-up, saying why and what
-    to type instead of building for minutes and failing."""
+    to type instead of building for minutes and failing. The one refusal of every engine plugin."""
 
     def __init__(self, status: ChoiceStatus, named_by: str, instead: str, engine: str = "vllm") -> None:
         self.status = status
@@ -247,7 +302,7 @@ class ChoiceUnavailable(BackendUnavailable):
         choice = self.status.choice
         lines = [
             f"jitguard: {choice.title} was requested ({self.named_by}) but cannot work here, so the engine "
-            "stops now instead of building it and failing later."
+            f"stops now, at start-up, instead of {choice.stakes}."
         ]
         for f in self.findings:
             lines += f.render_lines()

@@ -1,26 +1,42 @@
 """The I/O half of an engine's FlashInfer choices (``jitguard.decision.engine`` is the pure half): this
-process's facts, the failure cache and the prebuilt modules, turned into a status per choice, and the guard
-that applies the verdicts inside an engine (one warning per choice and process, a clear stop for a named
-path that cannot work).
+process's facts, the failure cache and the prebuilt modules, turned into a status per choice
+(``status_of``), and the one guard that applies the verdicts inside an engine (``ChoiceGuard``: vLLM's
+choices, GDN prefill included, and SGLang's linear-attention phases): one warning per choice and process, a
+clear stop for a named path that cannot work.
 
-Every choice reads the same facts, collected once per process and at most ``JITGUARD_PREFLIGHT_TIMEOUT``
-long: when that fails, it is said once and every choice stays the engine's own (docs/failsafe.md).
+Every choice reads the same facts (``boundary.process_facts``: once per process, at most
+``JITGUARD_PREFLIGHT_TIMEOUT`` long): when that fails, it is said once and every choice stays the engine's
+own (docs/failsafe.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jitguard.decision.engine import CACHED_FAILURE, Choice, ChoiceStatus, ChoiceUnavailable, assess, verdict
+from jitguard.boundary.failsafe import AlreadyReported, report_fault
+from jitguard.boundary.process_facts import ProcessFacts, process_facts
+from jitguard.decision.engine import (
+    CACHED_FAILURE,
+    GDN_PREFILL,
+    Choice,
+    ChoiceStatus,
+    ChoiceUnavailable,
+    ChoiceVerdict,
+    assess,
+    prefill_in_process,
+    primary_of,
+    verdict,
+)
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
-from jitguard.integrations.boundary import AlreadyReported, report_fault, with_deadline
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -28,48 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitguard.engine")
 
-FactsProvider = Callable[[], "Facts"]
 StatusProvider = Callable[[Choice], ChoiceStatus]
-PREFLIGHT = "jitguard's FlashInfer pre-flight"
-
-
-def collect_facts() -> Facts:
-    """This process's facts, the GDN op's own collection (one per process for the op and every choice)."""
-    from jitguard.gdn.dispatch import dispatcher
-
-    return dispatcher().environment.facts()
-
-
-class EngineFacts:
-    """The facts every choice is judged on: collected at most once, within the pre-flight deadline. A
-    collection that failed or hung is reported once; every later ask raises ``AlreadyReported`` at once."""
-
-    def __init__(self, provider: FactsProvider | None = None) -> None:
-        self._provider = provider or collect_facts
-        self._facts: Facts | None = None
-        self._failed = False
-        self._lock = threading.RLock()
-
-    def get(self) -> Facts:
-        with self._lock:
-            if self._facts is not None:
-                return self._facts
-            if self._failed:
-                raise AlreadyReported(PREFLIGHT)
-            started = time.monotonic()
-            try:
-                self._facts = with_deadline(PREFLIGHT, self._provider)
-            except Exception as exc:
-                self._failed = True
-                report_fault(PREFLIGHT, "the engine's own choices stand, unguarded", exc)
-                raise AlreadyReported(PREFLIGHT) from exc
-            # One line per process: which environment the verdicts (and the failure cache) are keyed on.
-            log.info(
-                "jitguard: this host's facts for FlashInfer's JIT paths, in %.1f s (fingerprint %s)",
-                time.monotonic() - started,
-                self._facts.fingerprint,
-            )
-            return self._facts
+GdnProvider = Callable[[], BackendStatus]
 
 
 def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = None) -> list[Finding]:
@@ -104,16 +80,24 @@ def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = Non
     return found
 
 
-def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None) -> ChoiceStatus:
-    """``choice``'s status from ``facts``, the failure cache and the prebuilt modules. GDN prefill takes the
-    GDN op's own status (``gdn``; default: ``backend_status('flashinfer')`` on these facts)."""
-    known = recorded_failures(facts, choice)
-    if choice.gdn:
-        if gdn is None:
-            from jitguard.gdn.dispatch import backend_status
+def gdn_status(facts: Facts) -> BackendStatus:
+    """FlashInfer GDN prefill here: the GDN op's status plus the recorded failures of FlashInfer's own GDN
+    modules (``gdn_prefill_sm90``, recorded by the build hook when a build in an engine failed). What every
+    GDN choice (vLLM's GDN prefill, SGLang's phases) starts from."""
+    from jitguard.gdn.dispatch import backend_status
 
-            gdn = backend_status("flashinfer", facts=facts)
-        return assess(choice, gdn.findings, known)
+    status = backend_status("flashinfer", facts=facts)
+    known = recorded_failures(facts, GDN_PREFILL)
+    return BackendStatus.of("flashinfer", [*status.findings, *known]) if known else status
+
+
+def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None) -> ChoiceStatus:
+    """``choice``'s status from ``facts``, the failure cache and the prebuilt modules. A GDN choice starts
+    from ``gdn`` (default: ``gdn_status(facts)``)."""
+    if choice.gdn:
+        base = gdn if gdn is not None else gdn_status(facts)
+        return assess(choice, base.findings, in_process=_in_process(facts))
+    known = recorded_failures(facts, choice)
     from jitguard.facts.flashinfer_modules import prebuilt
     from jitguard.findings.checks import jit_preflight
     from jitguard.findings.checks_arch import for_choice
@@ -140,15 +124,11 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
     return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
 
 
-def gdn_status(facts: Facts) -> BackendStatus:
-    """FlashInfer GDN prefill for the engine: the GDN op's status plus the recorded failures of FlashInfer's
-    own GDN modules (``gdn_prefill_sm90``, recorded by the build hook when a build in the engine failed)."""
-    from jitguard.decision.engine import GDN_PREFILL
-    from jitguard.gdn.dispatch import backend_status
-
-    status = backend_status("flashinfer", facts=facts)
-    known = recorded_failures(facts, GDN_PREFILL)
-    return BackendStatus.of("flashinfer", [*status.findings, *known]) if known else status
+def _in_process(facts: Facts) -> bool:
+    try:
+        return prefill_in_process(facts.flashinfer.era, {d.major for d in facts.gpu.devices})
+    except Exception:  # a GPU fact that could not be collected: FlashInfer's usual path
+        return False
 
 
 def _first_per_prefix(built: Sequence[PrebuiltModule], prefixes: Sequence[str]) -> list[PrebuiltModule]:
@@ -161,51 +141,116 @@ def _first_per_prefix(built: Sequence[PrebuiltModule], prefixes: Sequence[str]) 
     return chosen
 
 
+@dataclass(frozen=True)
+class Ask:
+    """The engine chose FlashInfer for ``choice``; ``named``: how the user asked for it (None: the engine
+    picked it on its own); ``instead``: what to type to stop naming it."""
+
+    choice: Choice
+    named: str | None = None
+    instead: str = ""
+
+
 class ChoiceGuard:
-    """Applies the verdicts for one engine in one process: each choice's status is taken once, its fallback
-    said once; a named choice that cannot work raises ``ChoiceUnavailable``."""
+    """Applies the verdicts for one engine in one process: FlashInfer's GDN status is looked at once
+    (``looks``), each choice's status taken once, its fallback said once; a named choice that cannot work
+    raises ``ChoiceUnavailable``; a fault of jitguard's own keeps the engine's choice (said once).
 
-    def __init__(self, engine: str, facts: EngineFacts | None = None) -> None:
+    ``gdn`` replaces how FlashInfer's GDN status is obtained (its findings are then taken as they are);
+    ``status`` how every choice's status is (tests)."""
+
+    def __init__(
+        self,
+        engine: str,
+        facts: ProcessFacts | None = None,
+        *,
+        gdn: GdnProvider | None = None,
+        status: StatusProvider | None = None,
+    ) -> None:
         self.engine = engine
-        self.facts = facts or EngineFacts()
-        self._provider: StatusProvider | None = None
-        self._statuses: dict[str, ChoiceStatus] = {}
-        self._announced: set[str] = set()
         self._lock = threading.RLock()
+        self.set_facts(facts, status, gdn=gdn)
 
-    def set_facts(self, facts: EngineFacts, status: StatusProvider | None = None) -> None:
-        """Judge on ``facts`` from now on (or through ``status``, a choice -> status function), afresh."""
+    def set_facts(
+        self,
+        facts: ProcessFacts | None = None,
+        status: StatusProvider | None = None,
+        *,
+        gdn: GdnProvider | None = None,
+    ) -> None:
+        """Judge on ``facts`` (default: this process's provider) from now on, afresh."""
         with self._lock:
-            self.facts = facts
+            self._facts = facts
             self._provider = status
-            self._statuses.clear()
-            self._announced.clear()
+            self._gdn_provider = gdn
+            self._gdn: BackendStatus | None = None
+            self._statuses: dict[str, ChoiceStatus] = {}
+            self._announced: set[str] = set()
+            self._faulted: set[str] = set()
+            self.looks = 0
+
+    @property
+    def facts(self) -> ProcessFacts:
+        return self._facts or process_facts()
+
+    def gdn(self) -> BackendStatus:
+        """FlashInfer's GDN status, looked at once."""
+        with self._lock:
+            if self._gdn is None:
+                self.looks += 1
+                self._gdn = self._gdn_provider() if self._gdn_provider else gdn_status(self.facts.get())
+            return self._gdn
 
     def status(self, choice: Choice) -> ChoiceStatus:
         with self._lock:
             if choice.key not in self._statuses:
-                provider = self._provider or (lambda c: status_of(c, self.facts.get()))
-                self._statuses[choice.key] = provider(choice)
+                self._statuses[choice.key] = self._status(choice)
             return self._statuses[choice.key]
 
-    def allows(self, choice: Choice, *, named: str | None, instead: str = "") -> bool:
-        """Whether the engine may keep FlashInfer for ``choice``. ``named`` says how the user asked for it
-        (None: the engine picked it on its own); ``instead`` what to type to stop naming it. A fault of
-        jitguard's own keeps the engine's choice (said once)."""
+    def _status(self, choice: Choice) -> ChoiceStatus:
+        if self._provider is not None:
+            return self._provider(choice)
+        if not choice.gdn:
+            return status_of(choice, self.facts.get())
+        if self._gdn_provider is not None:
+            base = self.gdn()
+            status = assess(choice, base.findings)
+            if not base.usable and choice.decided_by is None:  # unusable as given, reasons or not
+                return dataclasses.replace(status, usable=False)
+            return status
+        return status_of(choice, self.facts.get(), gdn=self.gdn())
+
+    def judge(self, choice: Choice, *, named: str | None) -> ChoiceVerdict | None:
+        """The verdict on the engine's choice of FlashInfer for ``choice``; None when jitguard's own check
+        failed (said once): the engine's choice stands."""
         with self._lock:
+            if choice.key in self._faulted:
+                return None
             try:
-                judged = verdict(self.status(choice), named=named is not None)
+                return verdict(self.status(choice), named=named is not None)
             except AlreadyReported:
-                return True
+                self._faulted.add(choice.key)
             except Exception as exc:
+                self._faulted.add(choice.key)
                 report_fault(f"the check of {choice.title}", f"{self.engine}'s choice stands", exc)
-                return True
-            if judged.action == "refuse":
-                raise ChoiceUnavailable(
-                    judged.status, named or choice.named_by or "", instead or "drop it", self.engine.lower()
-                )
-            self._announce(judged.status, judged.action)
-            return judged.action == "keep"
+            return None
+
+    def allows(self, choice: Choice, *, named: str | None, instead: str = "", asked: str = "") -> bool:
+        """Whether the engine may keep FlashInfer for ``choice`` (see ``settle``)."""
+        return self.settle([Ask(choice, named, instead)], asked=asked)[choice.key]
+
+    def settle(self, asks: Sequence[Ask], *, asked: str = "") -> dict[str, bool]:
+        """choice key -> whether the engine may keep FlashInfer, for each choice it made. The fallbacks are said
+        in one line (``asked``: how the engine came to its choice, e.g. ``--gdn-prefill-backend auto``); then
+        the first named choice that cannot work raises ``ChoiceUnavailable``."""
+        with self._lock:
+            judged = [(ask, self.judge(ask.choice, named=ask.named)) for ask in asks]
+            self._announce([v for _, v in judged if v is not None], asked)
+            for ask, v in judged:
+                if v is not None and v.action == "refuse":
+                    named = ask.named or ask.choice.named_by or ""
+                    raise ChoiceUnavailable(v.status, named, ask.instead or "drop it", self.engine.lower())
+            return {ask.choice.key: v is None or v.action == "keep" for ask, v in judged}
 
     def failed(self, choice: Choice, findings: Sequence[Finding]) -> None:
         """``choice`` passed pre-flight and failed on first use anyway (``findings``: the classified cause).
@@ -231,47 +276,66 @@ class ChoiceGuard:
             choice.fallback,
         )
 
-    def _announce(self, status: ChoiceStatus, action: str) -> None:
-        choice = status.choice
-        key = f"{choice.key}:{action}"
-        if key in self._announced:
-            return
-        self._announced.add(key)
-        if action == "fallback":
-            f = status.primary
-            what = f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out"
-            fix = f"{f.fix_suffix()}." if f and f.fixes else ""
+    def _announce(self, verdicts: Sequence[ChoiceVerdict], asked: str) -> None:
+        fresh = [v for v in verdicts if f"{v.choice.key}:{v.action}" not in self._announced]
+        self._announced.update(f"{v.choice.key}:{v.action}" for v in fresh)
+        moved = [v for v in fresh if v.action == "fallback"]
+        if moved:
+            f = primary_of([x for v in moved for x in v.status.findings])
             log.warning(
-                "jitguard: %s chose %s, but it cannot work here: %s.%s %s uses %s instead. Details: "
+                "jitguard: %s chose %s%s, but it cannot work here: %s.%s %s uses %s instead. Details: "
                 "`jitguard doctor --engine %s`; to keep %s's choice: JITGUARD_DISABLE=1.",
                 self.engine,
-                choice.title,
-                what,
-                fix,
+                joined_titles([v.choice.title for v in moved]),
+                f" ({asked})" if asked else "",
+                f"[{f.code}] {f.title}" if f else "jitguard's checks rule it out",
+                f"{f.fix_suffix()}." if f and f.fixes else "",
                 self.engine,
-                choice.fallback,
+                moved[0].choice.fallback,
                 self.engine.lower(),
                 self.engine,
             )
-            return
-        unknown = [f for f in status.findings if f.code == UNVERIFIED]
+            if any(v.choice.gdn for v in moved):
+                self._triton_blocked(f)
+        kept = [v for v in fresh if v.action == "keep"]
+        unknown = [f for v in kept for f in v.status.findings if f.code == UNVERIFIED]
         if unknown:  # never "passed" for a check that did not run
             log.warning(
                 "jitguard: could not verify %s here: [%s] %s.%s %s's choice stands.",
-                choice.title,
+                joined_titles([v.choice.title for v in kept]),
                 unknown[0].code,
                 unknown[0].title,
                 unknown[0].fix_suffix(),
                 self.engine,
             )
-        else:
-            log.debug(
-                "jitguard: %s passed pre-flight here (fingerprint %s)", choice.title, _fingerprint(self)
+        elif kept:
+            log.log(
+                logging.INFO if any(v.choice.gdn for v in kept) else logging.DEBUG,
+                "jitguard: %s passed pre-flight here; FlashInfer's nvcc JIT builds in this process are "
+                "supervised and shared by the ranks.",
+                joined_titles([v.choice.title for v in kept]),
             )
 
+    def _triton_blocked(self, flashinfer: Finding | None) -> None:
+        """Once per process: one error line more when the Triton/FLA path the engine now takes cannot build
+        Triton's launcher here either (naming both blocks and both fixes)."""
+        if "triton" in self._announced:
+            return
+        self._announced.add("triton")
+        from jitguard.integrations.triton_jit import warn_if_blocked
 
-def _fingerprint(guard: ChoiceGuard) -> str:
-    try:
-        return guard.facts.get().fingerprint
-    except Exception:
-        return "unknown"
+        try:
+            facts = self.facts.get()
+        except Exception:  # the facts' collection reports its own failure, once
+            return
+        warn_if_blocked(self.engine, "GDN prefill", facts, flashinfer)
+
+
+def joined_titles(titles: Sequence[str]) -> str:
+    """``FlashInfer linear attention decode, verify`` for the titles of several choices."""
+    words = [t.split(" ") for t in titles]
+    common = 0
+    while all(len(w) > common + 1 and w[common] == words[0][common] for w in words):
+        common += 1
+    rest = [" ".join(w[common:]) for w in words]
+    return " ".join([*words[0][:common], ", ".join(dict.fromkeys(rest))])

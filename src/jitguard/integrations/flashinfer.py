@@ -6,7 +6,7 @@ once when it already is:
 
 - ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
   with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded);
-- ``run_ninja`` (in ``jit.cpp_ext`` and the name ``jit.core`` imported from it) -> jitguard's runner, so every
+- ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
   ``supervise.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
@@ -18,7 +18,7 @@ once when it already is:
 
 Supported: flashinfer-python >= 0.6.2 whose ``jit.core`` still has the nvcc ``JitSpec`` (0.6.2-0.6.13 build
 GDN with it; later versions use it for their other nvcc modules). Anything else is left untouched, with one
-warning.
+warning. Every patch goes through ``boundary.patches`` (marked, idempotent, undone by ``uninstall``).
 ``JITGUARD_DISABLE=1`` makes ``install()`` a no-op, and turns an installed hook back into stock behaviour.
 """
 
@@ -34,8 +34,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import shielded
 from jitguard.config import Settings
-from jitguard.integrations.boundary import shielded
 from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")
@@ -44,11 +45,9 @@ CORE_MODULE = "flashinfer.jit.core"
 CPP_EXT_MODULE = "flashinfer.jit.cpp_ext"
 GDN_MODULE = "flashinfer.gdn_prefill"
 CUTEDSL_CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
-_MARK = "__jitguard_original__"
-
 _lock = threading.RLock()
 _finder: _CoreImportHook | None = None
-_patched: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute, original)
+_patched: list[tuple[Any, str]] = []  # (owner, attribute) jitguard wrapped
 
 
 def install() -> bool:
@@ -82,8 +81,8 @@ def uninstall() -> None:
         if _finder is not None:
             _finder.uninstall()
         _finder = None
-        for owner, attribute, original in _patched.values():
-            setattr(owner, attribute, original)
+        for owner, attribute in _patched:
+            patches.undo(owner, attribute, rebind_under="flashinfer")
         _patched.clear()
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
@@ -99,7 +98,10 @@ def uninstall() -> None:
 
 def is_active() -> bool:
     """Whether FlashInfer's build_and_load is currently routed through jitguard."""
-    return "build_and_load" in _patched
+    return any(
+        attribute == "build_and_load" and patches.is_wrapped(owner, attribute)
+        for owner, attribute in _patched
+    )
 
 
 def supported_version(version: str | None) -> bool:
@@ -137,19 +139,14 @@ def _patch(core: ModuleType) -> bool:
                 _flashinfer_version(),
             )
             return False
-        _replace("build_and_load", spec_class, "build_and_load", _guarded_build_and_load)
-        _replace("cpp_ext.run_ninja", cpp_ext, "run_ninja", _guarded_run_ninja)
-        if callable(getattr(core, "run_ninja", None)):
-            _replace("core.run_ninja", core, "run_ninja", _guarded_run_ninja)
+        # run_ninja in cpp_ext and wherever FlashInfer imported it by name (jit.core).
+        for owner, attribute, make in (
+            (spec_class, "build_and_load", _guarded_build_and_load),
+            (cpp_ext, "run_ninja", _guarded_run_ninja),
+        ):
+            patches.wrap(owner, attribute, make, rebind_under="flashinfer")
+            _patched.append((owner, attribute))
         return True
-
-
-def _replace(key: str, owner: Any, attribute: str, make: Any) -> None:
-    original = getattr(owner, attribute)
-    replacement = make(original)
-    setattr(replacement, _MARK, original)
-    setattr(owner, attribute, replacement)
-    _patched[key] = (owner, attribute, original)
 
 
 # What a hook body returns to say "do what FlashInfer does without jitguard".

@@ -17,14 +17,15 @@ The hooks, one family of SGLang releases each, found by name (``LAYOUTS``):
   ``LINEAR_ATTN_DECODE_BACKEND`` / ``LINEAR_ATTN_PREFILL_BACKEND`` that the GDN backend reads: an AFTER hook
   corrects them.
 
-For each phase SGLang set to FlashInfer, jitguard's verdict (``sglang_choice``: the same facts and failure cache
-as the vLLM plugin, taken once per process) decides: usable -> SGLang's choice stands; not usable and not asked
+For each phase SGLang set to FlashInfer, the process's one ``ChoiceGuard`` judges the phase's choice
+(``decision.sglang.PHASE_CHOICES``: the same facts, failure cache and choice core as the vLLM plugin, FlashInfer
+looked at once per process) and decides: usable -> SGLang's choice stands; not usable and not asked
 for by name -> Triton, with one warning per process (code, cause, fix); not usable and asked for by name
-(``--linear-attn-backend flashinfer`` or the phase's own flag) -> ``SglangBackendUnavailable`` at start-up,
+(``--linear-attn-backend flashinfer`` or the phase's own flag) -> ``ChoiceUnavailable`` at start-up,
 before any kernel is built. "By name" is read from the options as given: ``ServerArgs._raw_input`` (0.5.19+);
 up to 0.5.18, where SGLang overwrites an unset decode option with its own default, a BEFORE hook on
 ``ServerArgs._handle_linear_attn_backend`` keeps the value as given. Any fault of jitguard's own leaves SGLang's
-choice in place, logged once with its code and fix.
+choice in place, logged once with its code and fix (``boundary.failsafe``).
 """
 
 from __future__ import annotations
@@ -39,31 +40,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.errors import ConfigError
-from jitguard.integrations.sglang_choice import (
+from jitguard.boundary import process_facts
+from jitguard.boundary.failsafe import shielded
+from jitguard.decision.sglang import (
     BASE,
     FLASHINFER,
-    OP,
     OPTIONS,
+    PHASE_CHOICES,
     PHASES,
     STASH,
     TRITON,
-    FlashInferHere,
-    PhaseVerdict,
-    SglangBackendUnavailable,
-    decide,
-    fallback_message,
     flag,
-    flashinfer_here,
+    instead,
     named_by,
     option,
-    phase_status,
     request_of,
 )
+from jitguard.errors import ConfigError
+from jitguard.integrations.choices import Ask, ChoiceGuard
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.findings.model import Finding
 
 log = logging.getLogger("jitguard.sglang")
 
@@ -94,137 +91,43 @@ LAYOUTS = (PER_RUNNER, PROCESS_WIDE)
 REQUEST_HOOK = f"{SERVER_ARGS}.ServerArgs._handle_linear_attn_backend"  # <= 0.5.18
 
 
-# ---- per-process state: one look at FlashInfer, one warning, one fault line -----------------------------
-def look(facts: Facts | None = None) -> FlashInferHere:
-    """FlashInfer's GDN status from ``facts`` (default: this process's, collected once) and the failure cache,
-    the GDN resolver's answer, with which prefill kernel FlashInfer runs here."""
-    from jitguard.gdn.dispatch import backend_status, dispatcher
-
-    status = backend_status(FLASHINFER, facts=facts)
-    return flashinfer_here(facts or dispatcher().environment.facts(), status)
+# ---- per-process state: one guard, one fault line -----------------------------------------------------------
+ENGINE = "SGLang"
+_guard = ChoiceGuard(ENGINE)
+_faulted = False  # a fault of jitguard's own at SGLang's boundary: SGLang's choices stand from now on
 
 
-class LinearAttnGuard:
-    """Applies the per-phase verdicts for one process: looks at FlashInfer at most once, warns at most once
-    per phase, and after a fault of its own leaves every later choice to SGLang (logged once)."""
-
-    def __init__(self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None):
-        self._lookup = lookup or functools.partial(look, facts)
-        self._facts = facts
-        self._here: FlashInferHere | None = None
-        self._announced: set[str] = set()
-        self.looks = 0  # how often FlashInfer was looked at (once per process, at most)
-        self.faulted = False
-        self._lock = threading.RLock()
-
-    def reset(
-        self, facts: Facts | None = None, *, lookup: Callable[[], FlashInferHere] | None = None
-    ) -> None:
-        """Forget what was seen and said; next time look at ``facts`` (default: this process's), or ask
-        ``lookup``."""
-        with self._lock:
-            self._lookup = lookup or functools.partial(look, facts)
-            self._facts = facts
-            self._here = None
-            self._announced.clear()
-            self.looks = 0
-            self.faulted = False
-
-    def here(self) -> FlashInferHere:
-        with self._lock:
-            if self._here is None:
-                self.looks += 1
-                self._here = self._lookup()
-            return self._here
-
-    def choose(self, chosen: Mapping[str, str], request: Mapping[str, object]) -> dict[str, str]:
-        """phase -> the backend SGLang should use. Raises SglangBackendUnavailable for a FlashInfer asked for
-        by name that cannot work; the caller turns any other exception into ``fault``."""
-        with self._lock:
-            if self.faulted:
-                return dict(chosen)
-            verdicts = [decide(p, c, named_by(p, request), self.here) for p, c in chosen.items()]
-            self._announce(verdicts)
-            for v in verdicts:
-                if v.action == "refuse":
-                    raise SglangBackendUnavailable(v)
-            return {v.phase: v.backend for v in verdicts}
-
-    def fault(self, exc: BaseException) -> None:
-        """A fault in jitguard's own code at SGLang's boundary: SGLang's choices stand from now on."""
-        with self._lock:
-            first, self.faulted = not self.faulted, True
-        if first:
-            log.warning("%s", fault_message(exc), exc_info=log.isEnabledFor(logging.DEBUG))
-
-    def _announce(self, verdicts: list[PhaseVerdict]) -> None:
-        moved = [v for v in verdicts if v.action == "fallback" and v.phase not in self._announced]
-        if moved:
-            self._announced.update(v.phase for v in moved)
-            log.warning("%s", fallback_message(moved))
-            self._triton_blocked(moved[0].primary)  # one error line more when Triton's JIT is blocked too
-        elif any(v.backend == TRITON for v in verdicts):
-            self._triton_blocked(None)  # SGLang's own Triton: it too needs Triton's JIT
-        kept = [v.phase for v in verdicts if v.action == "keep" and v.chosen == FLASHINFER]
-        if kept and "keep" not in self._announced:
-            self._announced.add("keep")
-            log.info(
-                "jitguard: FlashInfer linear attention %s can work here (pre-flight and failure cache); "
-                "FlashInfer's nvcc JIT builds in this process are supervised and shared by the ranks.",
-                ", ".join(kept),
-            )
-
-    def _triton_blocked(self, flashinfer: Finding | None) -> bool:
-        """Once per process: one error line when Triton's JIT cannot build its launcher here."""
-        if "triton" in self._announced:
-            return False
-        self._announced.add("triton")
-        from jitguard.gdn.dispatch import dispatcher
-        from jitguard.integrations.triton_jit import warn_if_blocked
-
-        try:
-            facts = self._facts or dispatcher().environment.facts()
-        except Exception:  # the FlashInfer look reports a collection that failed
-            return False
-        return warn_if_blocked("SGLang", OP, facts, flashinfer)
-
-
-def fault_message(exc: BaseException) -> str:
-    """The one line for a fault of jitguard's own (docs/failsafe.md): the code, what it means for SGLang, the
-    fix."""
-    try:
-        from jitguard.findings.checks_jitguard import fault
-
-        f = fault(
-            "the SGLang plugin", "SGLang's linear-attention choices stand in this process, unchecked", exc
-        )
-        return f"jitguard: [{f.code}] {f.title}. {f.cause}{f.fix_suffix()} To turn jitguard off: JITGUARD_DISABLE=1."
-    except Exception:  # even the message failed: still one line, still SGLang's choice
-        return (
-            f"jitguard: [jitguard-fault] jitguard failed inside the SGLang plugin ({type(exc).__name__}: {exc}); "
-            "SGLang's linear-attention choices stand in this process, unchecked. To turn jitguard off: "
-            "JITGUARD_DISABLE=1."
-        )
-
-
-_guard = LinearAttnGuard()
+def choose(chosen: Mapping[str, str], request: Mapping[str, object]) -> dict[str, str]:
+    """phase -> the backend SGLang should use, for SGLang's choices ``chosen`` and the options as given
+    (``request``). Raises ChoiceUnavailable for a FlashInfer asked for by name that cannot work."""
+    asks = {}
+    for phase, backend in chosen.items():
+        if backend == FLASHINFER:
+            named = named_by(phase, request)
+            how = f"{named} {FLASHINFER}" if named else None
+            asks[phase] = Ask(PHASE_CHOICES[phase], how, instead(phase, named or flag(option(phase))))
+    kept = _guard.settle(list(asks.values()), asked="not asked for by name") if asks else {}
+    return {p: TRITON if p in asks and not kept[asks[p].choice.key] else b for p, b in chosen.items()}
 
 
 def _fail_safe(hook: Callable[..., Any]) -> Callable[..., Any]:
     """A hook body that never raises into SGLang, except for the refusal it means to raise. ``None`` is what
     SGLang's HookRegistry reads as "unchanged" (AFTER: SGLang's result; BEFORE: SGLang's arguments)."""
 
+    def stock() -> None:
+        global _faulted
+        _faulted = True
+
     @functools.wraps(hook)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if _guard.faulted:
+        if _faulted:
             return None
-        try:
-            return hook(*args, **kwargs)
-        except SglangBackendUnavailable:
-            raise
-        except Exception as exc:
-            _guard.fault(exc)
-            return None
+        return shielded(
+            "the SGLang plugin",
+            "SGLang's linear-attention choices stand in this process, unchecked",
+            lambda: hook(*args, **kwargs),
+            stock,
+        )
 
     return run
 
@@ -248,7 +151,7 @@ def keep_request(server_args: Any, *args: Any, **kwargs: Any) -> None:
 def check_runner_backends(result: Any, *args: Any, **kwargs: Any) -> Any:
     """AFTER ``resolve_linear_attn_backends`` (0.5.18+): a corrected ``LinearAttnBackends``, or None."""
     chosen = {p: str(getattr(result, p).value) for p in PER_RUNNER.phases}
-    backends = _guard.choose(chosen, request_of(_published_server_args()))
+    backends = choose(chosen, request_of(_published_server_args()))
     changes = {p: type(getattr(result, p))(b) for p, b in backends.items() if b != chosen[p]}
     if not changes:
         return None
@@ -264,7 +167,7 @@ def check_process_backends(result: Any, *args: Any, **kwargs: Any) -> None:
     utils = importlib.import_module(UTILS)
     current = {p: getattr(utils, name) for p, name in GLOBALS.items()}
     chosen = {p: str(v.value) for p, v in current.items()}
-    for p, b in _guard.choose(chosen, request_of(server_args)).items():
+    for p, b in choose(chosen, request_of(server_args)).items():
         if b != chosen[p]:
             setattr(utils, GLOBALS[p], type(current[p])(b))
 
@@ -329,7 +232,8 @@ def _register(facts: Facts | None) -> bool:
         return False
     with _lock:
         if facts is not None:
-            _guard.reset(facts)
+            process_facts.replace(lambda: facts)
+            _guard.set_facts()
         if _layout is not None:
             return True
         layout = installed_layout()
@@ -357,7 +261,7 @@ def is_registered() -> bool:
     return _layout is not None
 
 
-def guard() -> LinearAttnGuard:
+def guard() -> ChoiceGuard:
     """This process's guard (what the hooks consult)."""
     return _guard
 
@@ -377,12 +281,16 @@ def describe_choices(*, facts: Facts | None = None) -> list[dict[str, Any]]:
     """SGLang's linear-attention choices here, one row per phase: the option, when SGLang picks FlashInfer on
     its own (else Triton), jitguard's verdict for FlashInfer in that phase and what the plugin then does.
     Reads SGLang's version and layout from its installed files without importing it."""
+    from jitguard.boundary.process_facts import collect_here
+    from jitguard.integrations.choices import gdn_status, status_of
+
     version, layout = _installed_files()
-    here = look(facts)
+    facts = facts or collect_here()
+    gdn = gdn_status(facts)
     rows = []
     for phase in (layout or PER_RUNNER).phases:
-        st = phase_status(phase, here)
-        blocking = [f for f in st.findings if f.severity == "error"]
+        st = status_of(PHASE_CHOICES[phase], facts, gdn=gdn)
+        blocking = list(st.blocking)
         rows.append(
             {
                 "engine": "sglang",

@@ -41,7 +41,6 @@ import importlib.metadata
 import inspect
 import logging
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl import dsl_environment, dsl_stack
@@ -58,7 +59,6 @@ from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 FUNCTION = "cached_compile"
-_MARK = "__jitguard_original__"
 KEY_VERSION = "2"  # 2: no path in the key (a cache dir, a wheel's origin URL); a moved cache hits
 # A compile longer than this is logged as it happens ("compiling ..."), then with its duration.
 VISIBLE_AFTER_S = 1.0
@@ -82,9 +82,9 @@ def route(module: ModuleType) -> bool:
     if settings.disabled or not settings.cutedsl_cache:
         return False
     with _lock:
-        current = getattr(module, FUNCTION, None)
-        if current is not None and getattr(current, _MARK, None) is not None:
+        if patches.is_wrapped(module, FUNCTION):
             return True
+        current = getattr(module, FUNCTION, None)
         known = isinstance(getattr(module, "_in_mem_compile_cache", None), dict) and callable(
             getattr(module, "_compile_options_key", None)
         )
@@ -97,31 +97,19 @@ def route(module: ModuleType) -> bool:
                 FUNCTION,
             )
             return False
-        persisting = _persisting(module, current)
-        setattr(persisting, _MARK, current)
-        setattr(module, FUNCTION, persisting)
-        _rebind(current, persisting)
-        return True
+        return patches.wrap(
+            module, FUNCTION, lambda original: _persisting(module, original), rebind_under="flashinfer"
+        )
 
 
 def unroute(module: ModuleType) -> None:
     """Put FlashInfer's own ``cached_compile`` back everywhere (tests; ``jitguard.uninstall``)."""
     with _lock:
-        current = getattr(module, FUNCTION, None)
-        original = getattr(current, _MARK, None)
-        if original is not None:
-            setattr(module, FUNCTION, original)
-            _rebind(current, original)
+        patches.undo(module, FUNCTION, rebind_under="flashinfer")
 
 
 def is_routed(module: ModuleType) -> bool:
-    return getattr(getattr(module, FUNCTION, None), _MARK, None) is not None
-
-
-def _rebind(old: Any, new: Any) -> None:
-    for name, mod in list(sys.modules.items()):
-        if (name == "flashinfer" or name.startswith("flashinfer.")) and getattr(mod, FUNCTION, None) is old:
-            setattr(mod, FUNCTION, new)
+    return patches.is_wrapped(module, FUNCTION)
 
 
 def _persisting(module: ModuleType, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -427,18 +415,8 @@ def _is_tvm_ffi(compiled: Any) -> bool:
 
 def _fault(where: str, exc: BaseException) -> None:
     """One warning per process and kind of fault: jitguard's ``jitguard-fault`` finding, cause and fix."""
-    from jitguard.findings.checks_jitguard import fault
-
-    finding = fault(where, "the kernel is compiled in this process, as without jitguard", exc)
-    _warn_once(
-        f"fault:{where.split(' ')[0]}:{type(exc).__name__}",
-        "jitguard: [%s] %s. %s%s",
-        finding.code,
-        finding.title,
-        finding.cause,
-        finding.fix_suffix(),
-    )
-    log.debug("jitguard: the fault in %s", where, exc_info=(type(exc), exc, exc.__traceback__))
+    then = "the kernel is compiled in this process, as without jitguard"
+    report_fault(where, then, exc, once_per=f"cutedsl:{where.split(' ')[0]}")
 
 
 def _warn_once(what: str, message: str, *args: Any, level: int = logging.WARNING) -> None:

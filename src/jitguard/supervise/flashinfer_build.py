@@ -18,6 +18,9 @@ the module (before the failure cache and pre-flight: a host that cannot build ma
 fetched for this very variant counts as up to date; after a build, the module is published when asked
 (``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
 
+The facts are this process's (``boundary.process_facts``: the ones the engine plugins judge on, collected once
+within the pre-flight deadline), or an explicit ``env``'s.
+
 ``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
 flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
 """
@@ -33,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from jitguard.config import Settings, default_cache_dir, format_duration, parse_jobs
+from jitguard.boundary.process_facts import facts_for
+from jitguard.config import Settings, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
 from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding
@@ -85,6 +89,7 @@ def build_spec(
 
     Raises ``CachedBuildFailure`` / ``BuildFailed`` (with findings and the log path) or ``LockTimeout``.
     """
+    given = env
     env = dict(os.environ if env is None else env)
     settings = Settings.from_env(env)
     module = str(spec.name)
@@ -100,7 +105,9 @@ def build_spec(
         so_path = Path(spec.jit_library_path)
         if not spec.is_ninja_generated:
             spec.write_ninja()
-        facts = facts_for(env)
+        facts = facts_for(
+            given
+        )  # this process's facts, shared with the engine plugins, unless env is another
         digest = source_digest(spec)
         notes: list[Finding] = []
         result: BuildResult | None = None
@@ -284,20 +291,6 @@ def new_log_path(cache_dir: Path, module: str) -> Path:
     from jitguard.supervise.runner import default_log_path
 
     return default_log_path(cache_dir, module)
-
-
-_FACTS: dict[tuple[tuple[str, str], ...], Facts] = {}
-
-
-def facts_for(env: Mapping[str, str]) -> Facts:
-    """``facts.collect`` once per process and environment: an engine loads dozens of modules at start."""
-    key = tuple(sorted(env.items()))
-    if key not in _FACTS:
-        from jitguard.facts import collect
-
-        _FACTS.clear()
-        _FACTS[key] = collect(env, cache_dir=default_cache_dir(env))
-    return _FACTS[key]
 
 
 @dataclass(frozen=True)

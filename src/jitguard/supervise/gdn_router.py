@@ -32,6 +32,8 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import report_fault
 from jitguard.decision.gdn_variants import (
     FULL_MODULE,
     Family,
@@ -47,7 +49,6 @@ from jitguard.facts.flashinfer import installed_version
 
 log = logging.getLogger("jitguard")
 GETTER = "get_gdn_prefill_module"
-_MARK = "__jitguard_original__"
 Kernel = Callable[..., Any]
 CallKey = tuple[Any, ...]
 
@@ -243,19 +244,10 @@ class GdnRouter:
             log.warning("%s", message)
 
     def _fault(self, exc: BaseException) -> None:
-        from jitguard.findings.checks_jitguard import fault
-
-        finding = fault(
+        report_fault(
             "jitguard's partial FlashInfer GDN prefill module",
             "FlashInfer's full module is used instead",
             exc,
-        )
-        self._warn_once(
-            f"fault:{type(exc).__name__}",
-            f"jitguard: [{finding.code}] {finding.title}. {finding.cause}{finding.fix_suffix()}",
-        )
-        log.debug(
-            "jitguard: the fault in the GDN variant router", exc_info=(type(exc), exc, exc.__traceback__)
         )
 
 
@@ -265,15 +257,13 @@ def route(gdn_prefill: ModuleType) -> bool:
     nothing, when the variants are off (``JITGUARD_DISABLE=1``, ``JITGUARD_GDN_VARIANTS=all``), this FlashInfer
     has no per-variant instances (not 0.6.3 - 0.6.13), or its getter is not there. Raises ConfigError for a
     malformed JITGUARD_* setting."""
-    global _router
     from jitguard.config import Settings
 
     with _lock:
-        current = getattr(gdn_prefill, GETTER, None)
-        if not callable(current):
-            return False
-        if hasattr(current, _MARK):
+        if patches.is_wrapped(gdn_prefill, GETTER):
             return True
+        if not callable(getattr(gdn_prefill, GETTER, None)):
+            return False
         settings = Settings.from_env()
         if settings.disabled or settings.gdn_variants == "all":
             return False
@@ -281,35 +271,34 @@ def route(gdn_prefill: ModuleType) -> bool:
         family = family_for(version)
         if version is None or family is None:
             return False
-        routed = GdnRouter(version, family, current)
-        namespace = SimpleNamespace(gdn_prefill=routed.gdn_prefill)
 
-        def get_gdn_prefill_module() -> Any:
-            if _disabled_now():  # JITGUARD_DISABLE=1 set after routing: stock FlashInfer again
-                return current()
-            return namespace
+        def routed_getter(current: Callable[[], Any]) -> Callable[[], Any]:
+            global _router
+            _router = GdnRouter(version, family, current)
+            namespace = SimpleNamespace(gdn_prefill=_router.gdn_prefill)
 
-        get_gdn_prefill_module.__doc__ = current.__doc__
-        get_gdn_prefill_module.cache_clear = getattr(current, "cache_clear", lambda: None)  # type: ignore[attr-defined]
-        setattr(get_gdn_prefill_module, _MARK, current)
-        setattr(gdn_prefill, GETTER, get_gdn_prefill_module)
-        _router = routed
-        return True
+            def get_gdn_prefill_module() -> Any:
+                if _disabled_now():  # JITGUARD_DISABLE=1 set after routing: stock FlashInfer again
+                    return current()
+                return namespace
+
+            get_gdn_prefill_module.__doc__ = current.__doc__
+            get_gdn_prefill_module.cache_clear = getattr(current, "cache_clear", lambda: None)  # type: ignore[attr-defined]
+            return get_gdn_prefill_module
+
+        return patches.wrap(gdn_prefill, GETTER, routed_getter)
 
 
 def unroute(gdn_prefill: ModuleType) -> None:
     """Put FlashInfer's own getter back (tests; a process that wants stock behaviour again)."""
     global _router
     with _lock:
-        current = getattr(gdn_prefill, GETTER, None)
-        original = getattr(current, _MARK, None)
-        if original is not None:
-            setattr(gdn_prefill, GETTER, original)
+        patches.undo(gdn_prefill, GETTER)
         _router = None
 
 
 def is_routed(gdn_prefill: ModuleType) -> bool:
-    return hasattr(getattr(gdn_prefill, GETTER, None), _MARK)
+    return patches.is_wrapped(gdn_prefill, GETTER)
 
 
 def _disabled_now() -> bool:

@@ -41,7 +41,8 @@ class SglangRelease:
 
     def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
         """Run the scenario in this release's environment; (its RESULT, everything it printed)."""
-        full = {**env, "PYTHONPATH": str(self.src), "HF_HUB_OFFLINE": "1"}
+        # This checkout's jitguard first, whatever is installed.
+        full = {**env, "PYTHONPATH": f"{REPO / 'src'}:{self.src}", "HF_HUB_OFFLINE": "1"}
         proc = subprocess.run(
             [str(self.python), str(SCENARIO), json.dumps(spec)],
             env=full,

@@ -165,7 +165,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         outcome["looks"] = plugin.guard().looks
         result["runs"].append(outcome)
     if plugin.guard().looks:
-        status = plugin.guard().here().status
+        status = plugin.guard().gdn()
         result["status"] = {
             "usable": status.usable,
             "codes": [f.code for f in status.findings],

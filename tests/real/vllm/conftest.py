@@ -47,7 +47,9 @@ class VllmRelease:
         """Run ``script`` (default scenario.py) in this release's environment; (its RESULT, everything it
         printed)."""
         full = dict(env)
-        full["PYTHONPATH"] = self.pythonpath
+        full["PYTHONPATH"] = (
+            f"{REPO / 'src'}:{self.pythonpath}"  # this checkout's jitguard, whatever is installed
+        )
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(

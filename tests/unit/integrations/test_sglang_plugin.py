@@ -1,5 +1,6 @@
-"""The SGLang plugin's per-process behaviour: one look at FlashInfer, one warning per phase, a fault of its own
-never reaching SGLang, and the entry point where SGLang is absent or jitguard is turned off."""
+"""The SGLang plugin's per-process behaviour: what SGLang should use once it has chosen, one look at FlashInfer,
+one warning per phase, a fault of its own never reaching SGLang, and the entry point where SGLang is absent or
+jitguard is turned off."""
 
 from __future__ import annotations
 
@@ -8,17 +9,24 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from jitguard.decision.engine import ChoiceUnavailable
 from jitguard.decision.gdn import BackendStatus
+from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
 from jitguard.integrations import sglang as plugin
-from jitguard.integrations.sglang_choice import FlashInferHere, SglangBackendUnavailable
 
-NO_LIBCUDA = FlashInferHere(
-    BackendStatus("flashinfer", False, (make("link-missing-libcuda", backend="flashinfer"),))
-)
+
+def status(*codes: str) -> BackendStatus:
+    return BackendStatus.of("flashinfer", [make(code, backend="flashinfer") for code in codes])
+
+
+NO_LIBCUDA = status("link-missing-libcuda")
+NO_GPU = status("gpu-none", "link-missing-libcuda")
 AUTO = {
     "linear_attn_backend": "triton",
     "linear_attn_prefill_backend": None,
@@ -27,51 +35,114 @@ AUTO = {
 NAMED = {**AUTO, "linear_attn_prefill_backend": "flashinfer"}
 
 
-def test_guard_looks_once_and_warns_once_per_phase(caplog: pytest.LogCaptureFixture) -> None:
-    guard = plugin.LinearAttnGuard(lookup=lambda: NO_LIBCUDA)
+@pytest.fixture
+def judged_on() -> Iterator[Callable[[Callable[[], BackendStatus]], None]]:
+    """The plugin's guard judges on the FlashInfer GDN status a test gives; afresh afterwards."""
+
+    def use(gdn: Callable[[], BackendStatus]) -> None:
+        plugin.guard().set_facts(gdn=gdn)
+
+    yield use
+    plugin.guard().set_facts()
+
+
+def never() -> BackendStatus:
+    raise AssertionError("FlashInfer must not be looked at")
+
+
+@pytest.mark.parametrize("chosen", ["triton", "cutedsl", "flashkda"])
+def test_a_choice_other_than_flashinfer_is_left_alone_without_looking(chosen: str, judged_on: Any) -> None:
+    judged_on(never)
+    assert plugin.choose({"prefill": chosen}, NAMED) == {"prefill": chosen}
+    assert plugin.guard().looks == 0
+
+
+def test_workable_flashinfer_stands(judged_on: Any) -> None:
+    judged_on(status)
+    assert plugin.choose({"prefill": "flashinfer"}, NAMED) == {"prefill": "flashinfer"}
+
+
+def test_sglangs_own_doomed_flashinfer_goes_to_triton_with_one_line(
+    judged_on: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    judged_on(lambda: NO_LIBCUDA)
     with caplog.at_level(logging.WARNING, logger="jitguard"):
         for _ in range(3):  # three model runners (a target and drafts) in one scheduler
-            assert guard.choose({"prefill": "flashinfer", "decode": "triton"}, AUTO) == {
+            assert plugin.choose({"prefill": "flashinfer", "decode": "triton"}, AUTO) == {
                 "prefill": "triton",
                 "decode": "triton",
             }
-    assert guard.looks == 1
-    assert len([r for r in caplog.records if "SGLang chose FlashInfer" in r.getMessage()]) == 1
+    assert plugin.guard().looks == 1
+    [line] = [r.getMessage() for r in caplog.records if "SGLang chose FlashInfer" in r.getMessage()]
+    assert "[link-missing-libcuda]" in line and "Fix:" in line and "JITGUARD_DISABLE=1" in line
 
 
-def test_guard_refuses_a_named_doomed_phase() -> None:
-    guard = plugin.LinearAttnGuard(lookup=lambda: NO_LIBCUDA)
-    with pytest.raises(SglangBackendUnavailable, match="--linear-attn-prefill-backend flashinfer"):
-        guard.choose({"prefill": "flashinfer", "decode": "triton"}, NAMED)
+def test_phases_moved_together_are_said_in_one_line(judged_on: Any, caplog: pytest.LogCaptureFixture) -> None:
+    judged_on(lambda: NO_GPU)
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        moved = plugin.choose({"decode": "flashinfer", "verify": "flashinfer"}, AUTO)
+    assert moved == {"decode": "triton", "verify": "triton"}
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "SGLang chose FlashInfer linear attention decode, verify (not asked for by name)" in line
+
+
+def test_doomed_flashinfer_asked_for_by_name_is_refused_in_sglangs_terms(judged_on: Any) -> None:
+    judged_on(lambda: NO_GPU)
+    with pytest.raises(ChoiceUnavailable) as caught:
+        plugin.choose({"decode": "flashinfer"}, {**AUTO, "linear_attn_backend": "flashinfer"})
+    error = caught.value
+    assert isinstance(error, BackendUnavailable) and [f.code for f in error.findings] == ["gpu-none"]
+    text = str(error)
+    assert "(--linear-attn-backend flashinfer)" in text and "[gpu-none]" in text
+    assert "--linear-attn-decode-backend triton" in text and "JITGUARD_DISABLE=1" in text
+
+
+def test_guard_refuses_a_named_doomed_phase(judged_on: Any) -> None:
+    judged_on(lambda: NO_LIBCUDA)
+    with pytest.raises(ChoiceUnavailable, match="--linear-attn-prefill-backend flashinfer"):
+        plugin.choose({"prefill": "flashinfer", "decode": "triton"}, NAMED)
 
 
 def test_a_fault_in_jitguard_leaves_sglangs_choice_and_is_logged_once(
-    caplog: pytest.LogCaptureFixture,
+    judged_on: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken() -> FlashInferHere:
+    def broken() -> BackendStatus:
         raise RuntimeError("probe exploded")
 
-    plugin.guard().reset(lookup=broken)
-    hook = plugin._fail_safe(lambda chosen: plugin.guard().choose(chosen, AUTO))
-    try:
-        with caplog.at_level(logging.WARNING, logger="jitguard"):
-            assert hook({"prefill": "flashinfer"}) is None  # None: SGLang keeps its own result
-            assert hook({"prefill": "flashinfer"}) is None
-        [line] = [r.getMessage() for r in caplog.records]
-        assert "[jitguard-fault]" in line and "RuntimeError: probe exploded" in line
-        assert "Fix:" in line and "JITGUARD_DISABLE=1" in line
-    finally:
-        plugin.guard().reset()
+    judged_on(broken)
+    hook = plugin._fail_safe(lambda chosen: plugin.choose(chosen, AUTO))
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert hook({"prefill": "flashinfer"}) == {"prefill": "flashinfer"}  # SGLang keeps its own choice
+        assert hook({"prefill": "flashinfer"}) == {"prefill": "flashinfer"}
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "[jitguard-fault]" in line and "RuntimeError: probe exploded" in line
+    assert "Fix:" in line and "JITGUARD_DISABLE=1" in line
 
 
-def test_the_refusal_passes_through_the_fail_safe_wrapper() -> None:
-    plugin.guard().reset(lookup=lambda: NO_LIBCUDA)
-    hook = plugin._fail_safe(lambda chosen: plugin.guard().choose(chosen, NAMED))
-    try:
-        with pytest.raises(SglangBackendUnavailable):
-            hook({"prefill": "flashinfer"})
-    finally:
-        plugin.guard().reset()
+def test_a_fault_in_a_hook_leaves_every_later_choice_to_sglang(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(plugin, "_faulted", False)
+
+    def broken(chosen: object) -> object:
+        raise RuntimeError("hook exploded")
+
+    hook = plugin._fail_safe(broken)
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert hook({"prefill": "flashinfer"}) is None  # None: SGLang keeps its own result
+        assert hook({"prefill": "flashinfer"}) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert (
+        "[jitguard-fault]" in line and "RuntimeError: hook exploded" in line and "JITGUARD_DISABLE=1" in line
+    )
+    assert plugin._faulted
+
+
+def test_the_refusal_passes_through_the_fail_safe_wrapper(judged_on: Any) -> None:
+    judged_on(lambda: NO_LIBCUDA)
+    hook = plugin._fail_safe(lambda chosen: plugin.choose(chosen, NAMED))
+    with pytest.raises(ChoiceUnavailable):
+        hook({"prefill": "flashinfer"})
 
 
 # SGLang's loader calls the entry point in a process where `import sglang` fails here; logging at DEBUG

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from jitguard.boundary.process_facts import ProcessFacts
 from jitguard.decision.gdn import BackendStatus
 from jitguard.facts import triton_jit
 from jitguard.findings.catalog import make
 from jitguard.integrations import sglang as plugin
-from jitguard.integrations.sglang_choice import FlashInferHere
-from jitguard.integrations.triton_jit import blocked_message, blocks, warn_if_blocked
-from jitguard.integrations.vllm import GdnGuard
+from jitguard.integrations.choices import ChoiceGuard
+from jitguard.integrations.triton_jit import blocked_message, blocks
+from jitguard.integrations.vllm.gdn import choose
 
 NO_LIBCUDA = make("link-missing-libcuda", backend="flashinfer", evidence=["cannot find -lcuda"])
 SGLANG_AUTO = {
@@ -37,7 +38,7 @@ def no_compiler(tmp_path: Path) -> Any:
     empty.mkdir()
     env = {**os.environ, "PATH": str(empty), "CC": "/nonexistent"}
     jit = triton_jit.probe("3.6.0", env, ldconfig=str(tmp_path / "no-ldconfig"))
-    return SimpleNamespace(triton_jit=jit, gpu=SimpleNamespace(present=False))
+    return SimpleNamespace(triton_jit=jit, gpu=SimpleNamespace(present=False), fingerprint="test-host")
 
 
 def test_the_line_names_both_blocks_and_both_fixes(no_compiler: Any) -> None:
@@ -62,33 +63,25 @@ def test_vllm_fallback_to_a_blocked_triton_is_one_error_line(
     no_compiler: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     status = BackendStatus("flashinfer", False, (NO_LIBCUDA,))
-    guard = GdnGuard(lambda: status, lambda f: warn_if_blocked("vLLM", "GDN prefill", no_compiler, f))
+    guard = ChoiceGuard("vLLM", ProcessFacts(lambda: no_compiler), gdn=lambda: status)
     with caplog.at_level(logging.INFO, logger="jitguard"):
-        assert [guard.choose("auto", "flashinfer") for _ in range(4)] == ["triton"] * 4
+        assert [choose(guard, "auto", "flashinfer") for _ in range(4)] == ["triton"] * 4
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.levelno for r in said] == [logging.WARNING, logging.ERROR]  # "using Triton/FLA", then why not
+    assert [r.levelno for r in said] == [logging.WARNING, logging.ERROR]  # "uses Triton/FLA", then why not
     assert "[triton-cc-missing]" in said[1].getMessage() and "[link-missing-libcuda]" in said[1].getMessage()
-
-
-def test_vllms_own_triton_choice_is_checked_too(no_compiler: Any, caplog: pytest.LogCaptureFixture) -> None:
-    guard = GdnGuard(
-        lambda: BackendStatus("flashinfer", True), lambda f: warn_if_blocked("vLLM", "GDN", no_compiler, f)
-    )
-    with caplog.at_level(logging.INFO, logger="jitguard"):
-        assert guard.choose("triton", "triton") == "triton"
-        assert guard.choose("triton", "triton") == "triton"
-    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert "[triton-cc-missing]" in line and "FlashInfer is blocked too" not in line
 
 
 def test_sglang_fallback_to_a_blocked_triton_is_one_error_line(
     no_compiler: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    here = FlashInferHere(BackendStatus("flashinfer", False, (NO_LIBCUDA,)))
-    guard = plugin.LinearAttnGuard(no_compiler, lookup=lambda: here)
-    with caplog.at_level(logging.WARNING, logger="jitguard"):
-        for _ in range(3):
-            guard.choose({"prefill": "flashinfer", "decode": "triton"}, SGLANG_AUTO)
+    status = BackendStatus("flashinfer", False, (NO_LIBCUDA,))
+    plugin.guard().set_facts(ProcessFacts(lambda: no_compiler), gdn=lambda: status)
+    try:
+        with caplog.at_level(logging.WARNING, logger="jitguard"):
+            for _ in range(3):
+                plugin.choose({"prefill": "flashinfer", "decode": "triton"}, SGLANG_AUTO)
+    finally:
+        plugin.guard().set_facts()
     warning, record = caplog.records
     assert warning.getMessage().startswith("jitguard: SGLang chose FlashInfer")
     assert record.levelno == logging.ERROR and record.getMessage().startswith("jitguard: SGLang runs")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from jitguard.decision.engine import ChoiceUnavailable
 from jitguard.decision.gdn import BackendStatus
 from jitguard.integrations import vllm as plugin
 from stand_in_vllm import write_vllm
@@ -97,7 +98,7 @@ def test_spring_layout_switches_the_forward_method(stand_in: Path) -> None:
     module = importlib.import_module(plugin.SPRING_2026.module)
     assert module.ChunkGatedDeltaRule()._forward_method() == "triton"
     module.REQUESTED = "flashinfer"
-    with pytest.raises(plugin.VllmBackendUnavailable):
+    with pytest.raises(ChoiceUnavailable):
         module.ChunkGatedDeltaRule()
 
 

@@ -1,4 +1,5 @@
-"""The vLLM plugin's decision, alone: what vLLM should use once it has chosen, for every kind of request.
+"""The vLLM plugin's GDN prefill decision, alone: what vLLM should use once it has chosen, for every kind of
+request, through the process's one ``ChoiceGuard``.
 
 The real vLLM code around it is exercised in tests/real/vllm; here the statuses are plain data, built from
 the catalog exactly as the GDN resolver builds them.
@@ -7,13 +8,17 @@ the catalog exactly as the GDN resolver builds them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
+from jitguard.decision.engine import ChoiceUnavailable
 from jitguard.decision.gdn import BackendStatus
 from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
-from jitguard.integrations.vllm import GdnGuard, VllmBackendUnavailable, decide, normalise_request
+from jitguard.integrations.choices import ChoiceGuard
+from jitguard.integrations.vllm import normalise_request
+from jitguard.integrations.vllm.gdn import choose
 
 USABLE = BackendStatus("flashinfer", True, (make("gdn-prebuilt-available", backend="flashinfer"),))
 NO_LIBCUDA = BackendStatus(
@@ -30,21 +35,25 @@ def never() -> BackendStatus:
     raise AssertionError("the status must not be asked for")
 
 
+def GdnGuard(status: Callable[[], BackendStatus]) -> ChoiceGuard:
+    return ChoiceGuard("vLLM", gdn=status)
+
+
 @pytest.mark.parametrize("requested", ["auto", "flashinfer"])
 def test_usable_flashinfer_keeps_vllms_choice(requested: str) -> None:
-    verdict = decide(requested, "flashinfer", lambda: USABLE)
-    assert (verdict.backend, verdict.action) == ("flashinfer", "keep")
+    assert choose(GdnGuard(lambda: USABLE), requested, "flashinfer") == "flashinfer"
 
 
-def test_auto_with_doomed_flashinfer_falls_back_to_triton() -> None:
-    verdict = decide("auto", "flashinfer", lambda: NO_LIBCUDA)
-    assert (verdict.backend, verdict.action) == ("triton", "fallback")
-    assert verdict.primary is not None and verdict.primary.code == "link-missing-libcuda"
+def test_auto_with_doomed_flashinfer_falls_back_to_triton(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="jitguard"):
+        assert choose(GdnGuard(lambda: NO_LIBCUDA), "auto", "flashinfer") == "triton"
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "(--gdn-prefill-backend auto)" in warning and "[link-missing-libcuda]" in warning
 
 
 def test_explicit_doomed_flashinfer_is_refused() -> None:
-    verdict = decide("flashinfer", "flashinfer", lambda: NO_LIBCUDA)
-    assert verdict.action == "refuse"
+    with pytest.raises(ChoiceUnavailable):
+        choose(GdnGuard(lambda: NO_LIBCUDA), "flashinfer", "flashinfer")
 
 
 @pytest.mark.parametrize(
@@ -52,8 +61,7 @@ def test_explicit_doomed_flashinfer_is_refused() -> None:
     [("triton", "triton"), ("auto", "triton"), ("cutedsl", "cutedsl"), ("flashinfer", "triton")],
 )
 def test_any_choice_but_flashinfer_is_untouched_without_asking(requested: str, chosen: str) -> None:
-    verdict = decide(requested, chosen, never)
-    assert (verdict.backend, verdict.action) == (chosen, "keep")
+    assert choose(GdnGuard(never), requested, chosen) == chosen
 
 
 @pytest.mark.parametrize(
@@ -72,7 +80,7 @@ def test_guard_asks_once_and_warns_once_per_process(caplog: pytest.LogCaptureFix
 
     guard = GdnGuard(status)
     with caplog.at_level(logging.INFO, logger="jitguard"):
-        chosen = [guard.choose("auto", "flashinfer") for _ in range(48)]  # one per GDN layer
+        chosen = [choose(guard, "auto", "flashinfer") for _ in range(48)]  # one per GDN layer
     assert chosen == ["triton"] * 48
     assert len(asked) == 1
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -81,8 +89,8 @@ def test_guard_asks_once_and_warns_once_per_process(caplog: pytest.LogCaptureFix
 
 
 def test_guard_refuses_explicit_flashinfer_with_vllm_terms() -> None:
-    with pytest.raises(VllmBackendUnavailable) as caught:
-        GdnGuard(lambda: NO_LIBCUDA).choose("flashinfer", "flashinfer")
+    with pytest.raises(ChoiceUnavailable) as caught:
+        choose(GdnGuard(lambda: NO_LIBCUDA), "flashinfer", "flashinfer")
     assert isinstance(caught.value, BackendUnavailable)
     message = str(caught.value)
     assert "[link-missing-libcuda]" in message
@@ -96,8 +104,8 @@ def test_a_crash_in_jitguards_checks_leaves_vllms_choice(caplog: pytest.LogCaptu
 
     guard = GdnGuard(broken)
     with caplog.at_level(logging.WARNING, logger="jitguard"):
-        assert guard.choose("flashinfer", "flashinfer") == "flashinfer"
-        assert guard.choose("auto", "flashinfer") == "flashinfer"
+        assert choose(guard, "flashinfer", "flashinfer") == "flashinfer"
+        assert choose(guard, "auto", "flashinfer") == "flashinfer"
     assert len(caplog.records) == 1 and "probe exploded" in caplog.records[0].getMessage()
 
 
@@ -105,7 +113,7 @@ def test_usable_flashinfer_is_announced_once_at_info(caplog: pytest.LogCaptureFi
     guard = GdnGuard(lambda: USABLE)
     with caplog.at_level(logging.INFO, logger="jitguard"):
         for _ in range(3):
-            assert guard.choose("auto", "flashinfer") == "flashinfer"
+            assert choose(guard, "auto", "flashinfer") == "flashinfer"
     assert [r.levelno for r in caplog.records] == [logging.INFO]
 
 
@@ -127,7 +135,7 @@ def test_jitguard_lines_go_to_vllms_handler_once_vllm_has_one(monkeypatch: pytes
     assert ours.handlers == []
     monkeypatch.setattr(vllm_logger, "handlers", [handler])
     monkeypatch.setattr(vllm_logger, "level", logging.INFO)
-    GdnGuard(lambda: NO_LIBCUDA).choose("auto", "flashinfer")
+    choose(GdnGuard(lambda: NO_LIBCUDA), "auto", "flashinfer")
     _route_logs()  # again: idempotent
     assert ours.handlers == [handler]
     assert stream.getvalue().count("VLLMFMT jitguard: vLLM chose FlashInfer") == 1

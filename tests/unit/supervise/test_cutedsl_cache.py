@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from jitguard.boundary import failsafe
 from jitguard.state.kernel_cache import KernelCache
 from jitguard.supervise import cutedsl_cache
 
@@ -84,6 +85,7 @@ def dsl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(cutedsl_cache, "load_object", lambda entry: Loaded(entry.blob))
     monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "")
     cutedsl_cache._warned.clear()
+    failsafe._reported.clear()
     return tmp_path / "cache"
 
 

@@ -34,24 +34,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from jitguard.integrations.boundary import shielded
-from jitguard.integrations.choices import ChoiceGuard, EngineFacts
+from jitguard.boundary import process_facts
+from jitguard.boundary.failsafe import shielded
+from jitguard.decision.engine import normalise_request
+from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
 from jitguard.integrations.vllm import attention, gates, gdn, sampler, warm
-from jitguard.integrations.vllm.gdn import (
-    CURRENT,
-    LAYOUTS,
-    MODEL_FILE,
-    SPRING_2026,
-    GdnGuard,
-    Layout,
-    Verdict,
-    VllmBackendUnavailable,
-    decide,
-    default_status,
-    normalise_request,
-)
-from jitguard.integrations.vllm.sites import Guards, Site, route_logs
+from jitguard.integrations.vllm.gdn import CURRENT, LAYOUTS, MODEL_FILE, SPRING_2026, Layout
+from jitguard.integrations.vllm.sites import Site, route_logs
 
 if TYPE_CHECKING:
     from jitguard.decision.gdn import BackendStatus
@@ -63,11 +53,7 @@ __all__ = [
     "MODEL_FILE",
     "SITES",
     "SPRING_2026",
-    "GdnGuard",
     "Layout",
-    "Verdict",
-    "VllmBackendUnavailable",
-    "decide",
     "default_status",
     "guard",
     "is_registered",
@@ -84,15 +70,22 @@ for _site in SITES:
     _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)
 _route_logs = route_logs  # the name tests and older callers use
 
-_facts = EngineFacts()
-_guards = Guards(GdnGuard(), ChoiceGuard(ENGINE, _facts))
+_guard = ChoiceGuard(ENGINE)
 _hook: _SiteImportHook | None = None
 _lock = threading.RLock()
 
 
-def engine_facts() -> EngineFacts:
+def engine_facts() -> process_facts.ProcessFacts:
     """The facts every choice in this process is judged on (collected once, within the pre-flight deadline)."""
-    return _facts
+    return process_facts.process_facts()
+
+
+def default_status() -> BackendStatus:
+    """FlashInfer GDN prefill's status on this process's facts: the GDN op's status plus the recorded failures
+    of FlashInfer's GDN modules (what the guard judges GDN prefill on unless ``register(status=...)``)."""
+    from jitguard.integrations.choices import gdn_status
+
+    return gdn_status(engine_facts().get())
 
 
 def _apply(module: ModuleType) -> None:
@@ -102,7 +95,7 @@ def _apply(module: ModuleType) -> None:
         patched = shielded(
             f"patching {module.__name__}",
             f"vLLM's {site.choice.title} choice is its own, unguarded",
-            lambda site=site: site.apply(module, _guards),  # type: ignore[misc]
+            lambda site=site: site.apply(module, _guard),  # type: ignore[misc]
             lambda: False,
         )
         if patched:
@@ -148,7 +141,7 @@ def register(
 
 
 def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Facts] | None) -> bool:
-    global _hook, _facts
+    global _hook
     if not vllm_installed():
         return False
     from jitguard.config import Settings
@@ -157,11 +150,9 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
         return False
     with _lock:
         if facts is not None:
-            _facts = EngineFacts(facts)
-            _guards.choices.set_facts(_facts)
-            _guards.gdn.set_status(status)
-        elif status is not None:
-            _guards.gdn.set_status(status)
+            process_facts.replace(facts)
+        if facts is not None or status is not None:
+            _guard.set_facts(gdn=status)
         if _hook is None:
             route_logs()
             _hook = _SiteImportHook()
@@ -179,7 +170,7 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
 def unregister() -> None:
     """Undo ``register()`` in this process: vLLM's functions back, the import hook gone (tests; a process that
     wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer``)."""
-    global _hook, _facts
+    global _hook
     with _lock:
         if _hook is not None:
             _hook.uninstall()
@@ -188,9 +179,8 @@ def unregister() -> None:
             module = sys.modules.get(site.module)
             if module is not None:
                 site.undo(module)
-        _facts = EngineFacts()
-        _guards.gdn.set_status(None)
-        _guards.choices.set_facts(_facts)
+        process_facts.replace()
+        _guard.set_facts()
         warm.undo()
 
 
@@ -199,14 +189,12 @@ def is_registered() -> bool:
     return _hook is not None
 
 
-def guard() -> GdnGuard:
-    """This process's GDN prefill guard (what ``register()`` consults for GDN)."""
-    return _guards.gdn
+def guard() -> ChoiceGuard:
+    """This process's guard of every FlashInfer choice vLLM makes (GDN prefill included)."""
+    return _guard
 
 
-def choices() -> ChoiceGuard:
-    """This process's guard of every other FlashInfer choice."""
-    return _guards.choices
+choices = guard  # the name earlier callers use
 
 
 def _install_build_hook() -> None:

@@ -15,27 +15,19 @@ from __future__ import annotations
 
 import functools
 import os
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import ATTENTION, KV_CACHE, Choice
-from jitguard.integrations.vllm.sites import (
-    Guards,
-    Site,
-    config_value,
-    enum_name,
-    keeps,
-    layout_moved,
-    mark,
-    original_of,
-)
+from jitguard.integrations.vllm.sites import Site, config_value, enum_name, keeps, method_patch
+
+if TYPE_CHECKING:
+    from jitguard.integrations.choices import ChoiceGuard
 
 MODULE = "vllm.v1.attention.backends.flashinfer"
 CLASS = "FlashInferBackend"
 METHOD = "validate_configuration"
 NAME = "FLASHINFER"
 _KV_POSITION = 2  # validate_configuration(head_size, dtype, kv_cache_dtype, ...)
-_OWN = "__jitguard_defined_here__"  # whether the class itself defined the method (else it is inherited)
 
 
 def named() -> str | None:
@@ -57,15 +49,7 @@ def choice_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Choice:
     return KV_CACHE if str(kv or "").lower().startswith("fp8") else ATTENTION
 
 
-def _patch(module: ModuleType, guards: Guards) -> bool:
-    cls = module.__dict__.get(CLASS)
-    original = getattr(cls, METHOD, None) if cls is not None else None
-    if cls is None or not callable(original):
-        layout_moved(module.__name__, f"{CLASS}.{METHOD}", ATTENTION.title)
-        return False
-    if original_of(original) is not None:
-        return True
-
+def _guarded(original: Any, guard: ChoiceGuard) -> Any:
     @functools.wraps(original)
     def validate_configuration(klass: Any, *args: Any, **kwargs: Any) -> Any:
         reasons = original(*args, **kwargs)
@@ -75,25 +59,14 @@ def _patch(module: ModuleType, guards: Guards) -> bool:
             )
         choice = choice_for(args, kwargs)
         how = named()
-        if keeps(guards, choice, named=how, instead=f"drop {how or '--attention-backend'}"):
+        if keeps(guard, choice, named=how, instead=f"drop {how or '--attention-backend'}"):
             return reasons
         return [f"jitguard: {choice.title} cannot work here (see `jitguard doctor --engine vllm`)"]
 
-    wrapper = mark(validate_configuration, original)
-    setattr(wrapper, _OWN, METHOD in cls.__dict__)
-    setattr(cls, METHOD, classmethod(wrapper))
-    return True
+    return validate_configuration
 
 
-def _unpatch(module: ModuleType) -> None:
-    cls = module.__dict__.get(CLASS)
-    wrapper = getattr(getattr(cls, METHOD, None), "__func__", None)
-    if cls is None or original_of(wrapper) is None:
-        return
-    if getattr(wrapper, _OWN, False):
-        setattr(cls, METHOD, classmethod(original_of(wrapper).__func__))
-    else:
-        delattr(cls, METHOD)  # it was inherited: the base class's again
+_patch, _unpatch = method_patch(CLASS, METHOD, ATTENTION, _guarded)
 
 
 SITES = (

@@ -11,7 +11,7 @@ FlashInfer (Triton fused MoE, its own kernels). A MoE backend named with ``--moe
 
 The predicates are imported by name into other modules (``from vllm.utils.flashinfer import ...``); the
 import hook patches the module before those imports run, and a module imported earlier has its binding
-replaced too (``sites.rebind``).
+replaced too (``boundary.patches.rebind``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import KERNELS, MOE, Choice
-from jitguard.integrations.vllm.sites import Guards, Site, config_value, function_patch, keeps
+from jitguard.integrations.vllm.sites import Site, config_value, function_patch, keeps
+
+if TYPE_CHECKING:
+    from jitguard.integrations.choices import ChoiceGuard
 
 MODULE = "vllm.utils.flashinfer"
 MOE_PREDICATES = ("has_flashinfer_moe", "has_flashinfer_cutlass_fused_moe", "has_flashinfer_trtllm_fused_moe")
@@ -55,7 +58,7 @@ def _never_named() -> str | None:
 
 def _wrap(
     original: Callable[..., Any],
-    guards: Guards,
+    guard: ChoiceGuard,
     choice: Choice,
     named: Callable[[], str | None],
     explicit: Callable[[], str | None],
@@ -67,12 +70,12 @@ def _wrap(
     def predicate(*args: Any, **kwargs: Any) -> Any:
         asked = explicit()
         if asked is not None:
-            keeps(guards, choice, named=asked, instead=f"drop {asked}")
+            keeps(guard, choice, named=asked, instead=f"drop {asked}")
         answer = original(*args, **kwargs)
         if answer is not True:
             return answer  # vLLM rules FlashInfer out itself
         how = asked or named()
-        return answer if keeps(guards, choice, named=how, instead=f"drop {how}" if how else "") else False
+        return answer if keeps(guard, choice, named=how, instead=f"drop {how}" if how else "") else False
 
     return predicate
 
@@ -84,7 +87,7 @@ def _patch_with(
     explicit: Callable[[], str | None] = _never_named,
 ) -> Any:
     return function_patch(
-        names, choice, lambda module, original, guards: _wrap(original, guards, choice, named, explicit)
+        names, choice, lambda module, original, guard: _wrap(original, guard, choice, named, explicit)
     )
 
 

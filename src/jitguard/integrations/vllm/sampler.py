@@ -32,20 +32,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import SAMPLER
 from jitguard.errors import BuildFailed
-from jitguard.integrations.vllm.sites import (
-    Guards,
-    Site,
-    env_flag,
-    function_patch,
-    keeps,
-    layout_moved,
-    mark,
-    original_of,
-)
+from jitguard.integrations.vllm.sites import Site, env_flag, function_patch, keeps, method_patch
+
+if TYPE_CHECKING:
+    from jitguard.integrations.choices import ChoiceGuard
 
 MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
 CLASS = "TopKTopPSampler"
@@ -61,52 +55,37 @@ def named() -> str | None:
 
 
 # ---- TopKTopPSampler.__init__: the V1 runner's choice, inline in 0.17 - 0.22 ------------------------------
-def _patch_init(module: ModuleType, guards: Guards) -> bool:
-    cls = module.__dict__.get(CLASS)
-    original = getattr(cls, "__init__", None) if cls is not None else None
-    if (
-        cls is None
-        or not callable(original)
-        or not all(hasattr(cls, m) for m in ("forward_cuda", "forward_native"))
-    ):
-        layout_moved(module.__name__, f"{CLASS}.__init__ with forward_cuda/forward_native", SAMPLER.title)
-        return False
-    if original_of(original) is not None:
-        return True
-
+def _guarded_init(original: Any, guard: ChoiceGuard) -> Any:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         chosen = getattr(getattr(self, "forward", None), "__func__", None)
         if chosen is None or chosen is not getattr(type(self), "forward_cuda", None):
             return  # vLLM chose another sampler itself (or jitguard's predicate answered False)
-        if not keeps(guards, SAMPLER, named=named(), instead=INSTEAD):
+        if not keeps(guard, SAMPLER, named=named(), instead=INSTEAD):
             self.forward = self.forward_native
 
-    cls.__init__ = mark(__init__, original)
-    return True
+    return __init__
 
 
-def _unpatch_init(module: ModuleType) -> None:
-    cls = module.__dict__.get(CLASS)
-    original = original_of(getattr(cls, "__init__", None))
-    if cls is not None and original is not None:
-        cls.__init__ = original
+_patch_init, _unpatch_init = method_patch(
+    CLASS, "__init__", SAMPLER, _guarded_init, needs=("forward_cuda", "forward_native")
+)
 
 
-# ---- module functions, imported by name elsewhere (the V2 runner): sites.function_patch --------------------
-def _guarded_predicate(module: ModuleType, original: Callable[..., Any], guards: Guards) -> Any:
+# ---- module functions, imported by name elsewhere (the V2 runner) --------------------
+def _guarded_predicate(module: ModuleType, original: Callable[..., Any], guard: ChoiceGuard) -> Any:
     @functools.wraps(original)
     def flashinfer_sampler_supported(*args: Any, **kwargs: Any) -> Any:
         answer = original(*args, **kwargs)
         if answer is not True:
             return answer  # vLLM rules FlashInfer out itself (or raised, its own way)
-        return keeps(guards, SAMPLER, named=named(), instead=INSTEAD)
+        return keeps(guard, SAMPLER, named=named(), instead=INSTEAD)
 
     return flashinfer_sampler_supported
 
 
-def _guarded_sample(module: ModuleType, original: Callable[..., Any], guards: Guards) -> Any:
+def _guarded_sample(module: ModuleType, original: Callable[..., Any], guard: ChoiceGuard) -> Any:
     failed_over = False
 
     @functools.wraps(original)
@@ -116,7 +95,7 @@ def _guarded_sample(module: ModuleType, original: Callable[..., Any], guards: Gu
             try:
                 return original(logits, k, p, *args, **kwargs)
             except BuildFailed as exc:  # classified and recorded by jitguard's build hook
-                guards.choices.failed(SAMPLER, exc.findings)
+                guard.failed(SAMPLER, exc.findings)
                 failed_over = True
         generators = args[0] if args else kwargs.get("generators")
         return native_sample(module, logits, k, p, generators or {})

@@ -2,37 +2,29 @@
 
 A site says which choice it is (``jitguard.decision.engine``), the module and function found by name in
 vLLM's code, the releases that have it, how a user names FlashInfer there, and vLLM's own answer without it.
-``apply`` patches the module once it is imported (idempotent), ``undo`` restores it. Each site module
-(``gdn``, ``sampler``, ``attention``, ``gates``) lists its own; ``jitguard.integrations.vllm`` joins them.
+``apply`` patches the module once it is imported (idempotent, through ``boundary.patches``), ``undo``
+restores it. Each site module (``gdn``, ``sampler``, ``attention``, ``gates``) lists its own;
+``jitguard.integrations.vllm`` joins them. Every site asks the one ``ChoiceGuard`` of the process.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import Choice
-from jitguard.integrations.boundary import shielded
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
-    from jitguard.integrations.vllm.gdn import GdnGuard
 
 log = logging.getLogger("jitguard.vllm")
-MARK = "__jitguard_original__"
-
-
-@dataclass
-class Guards:
-    """This process's guards: GDN prefill's (its own messages, vLLM's option) and every other choice's."""
-
-    gdn: GdnGuard
-    choices: ChoiceGuard
+PACKAGE = "vllm"
 
 
 @dataclass(frozen=True)
@@ -43,7 +35,7 @@ class Site:
     releases: str
     named: str  # how a user names FlashInfer here, in vLLM's terms
     answer: str  # vLLM's own path when jitguard says FlashInfer cannot work
-    apply: Callable[[ModuleType, Guards], bool] = field(compare=False, repr=False)
+    apply: Callable[[ModuleType, ChoiceGuard], bool] = field(compare=False, repr=False)
     undo: Callable[[ModuleType], None] = field(compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -57,59 +49,57 @@ class Site:
         }
 
 
-def original_of(obj: Any) -> Any:
-    """What jitguard wrapped, or None when ``obj`` is not one of its wrappers."""
-    return getattr(obj, MARK, None)
-
-
-def mark(wrapper: Any, original: Any) -> Any:
-    setattr(wrapper, MARK, original)
-    return wrapper
-
-
-def rebind(name: str, old: Any, new: Any) -> None:
-    """Replace ``old`` by ``new`` wherever a loaded vLLM module imported it under ``name`` (``from vllm.x
-    import name`` copies the binding; a module imported later gets the patched one from the import hook)."""
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not module_name.startswith("vllm"):
-            continue
-        namespace = getattr(module, "__dict__", None)
-        if isinstance(namespace, dict) and namespace.get(name) is old:
-            namespace[name] = new
-
-
-Wrap = Callable[[ModuleType, Callable[..., Any], "Guards"], Any]
+Wrap = Callable[[ModuleType, Callable[..., Any], "ChoiceGuard"], Any]
 
 
 def function_patch(
     names: tuple[str, ...], choice: Choice, wrap: Wrap, *, optional: bool = False
-) -> tuple[Callable[[ModuleType, Guards], bool], Callable[[ModuleType], None]]:
-    """Patch and undo for the module functions ``names``: ``wrap(module, original, guards)`` takes each one's
-    place in the module and in every loaded vLLM module that imported it (``rebind``). ``optional``: releases
-    without them are no moved layout (the patch just does not apply); otherwise a missing one is said once
-    and nothing is patched."""
+) -> tuple[Callable[[ModuleType, ChoiceGuard], bool], Callable[[ModuleType], None]]:
+    """Patch and undo for the module functions ``names``: ``wrap(module, original, guard)`` takes each one's
+    place in the module and in every loaded vLLM module that imported it. ``optional``: releases without
+    them are no moved layout (the patch just does not apply); otherwise a missing one is said once and
+    nothing is patched."""
 
-    def patch(module: ModuleType, guards: Guards) -> bool:
+    def patch(module: ModuleType, guard: ChoiceGuard) -> bool:
         missing = [n for n in names if not callable(module.__dict__.get(n))]
         if missing:
             if not optional:
                 layout_moved(module.__name__, ", ".join(missing), choice.title)
             return False
         for name in names:
-            original = module.__dict__[name]
-            if original_of(original) is None:
-                wrapper = mark(wrap(module, original, guards), original)
-                setattr(module, name, wrapper)
-                rebind(name, original, wrapper)
+            patches.wrap(module, name, lambda original: wrap(module, original, guard), rebind_under=PACKAGE)
         return True
 
     def unpatch(module: ModuleType) -> None:
         for name in names:
-            wrapper = module.__dict__.get(name)
-            original = original_of(wrapper)
-            if original is not None:
-                setattr(module, name, original)
-                rebind(name, wrapper, original)
+            patches.undo(module, name, rebind_under=PACKAGE)
+
+    return patch, unpatch
+
+
+def method_patch(
+    cls_name: str,
+    method: str,
+    choice: Choice,
+    wrap: Callable[[Any, ChoiceGuard], Any],
+    *,
+    needs: tuple[str, ...] = (),
+) -> tuple[Callable[[ModuleType, ChoiceGuard], bool], Callable[[ModuleType], None]]:
+    """Patch and undo for ``cls_name.method`` in a module: ``wrap(original, guard)`` takes its place.
+    ``needs``: the class's other attributes the wrapper uses (a class without them is a moved layout)."""
+
+    def patch(module: ModuleType, guard: ChoiceGuard) -> bool:
+        cls = module.__dict__.get(cls_name)
+        if cls is None or not callable(getattr(cls, method, None)) or not all(hasattr(cls, n) for n in needs):
+            shape = f" with {'/'.join(needs)}" if needs else ""
+            layout_moved(module.__name__, f"{cls_name}.{method}{shape}", choice.title)
+            return False
+        return patches.wrap(cls, method, lambda original: wrap(original, guard))
+
+    def unpatch(module: ModuleType) -> None:
+        cls = module.__dict__.get(cls_name)
+        if cls is not None:
+            patches.undo(cls, method)
 
     return patch, unpatch
 
@@ -125,14 +115,14 @@ def layout_moved(module: str, target: str, what: str) -> None:
     )
 
 
-def keeps(guards: Guards, choice: Choice, *, named: str | None, instead: str) -> bool:
+def keeps(guard: ChoiceGuard, choice: Choice, *, named: str | None, instead: str, asked: str = "") -> bool:
     """Whether vLLM may keep FlashInfer for ``choice``; raises ``ChoiceUnavailable`` when the user named it
     (``named``: how) and it cannot work. A fault of jitguard's own keeps vLLM's choice (said once)."""
     route_logs()  # vLLM may have configured its logging only after register() ran
     return shielded(
         f"vLLM's choice of {choice.title}",
         "vLLM's choice stands",
-        lambda: guards.choices.allows(choice, named=named, instead=instead),
+        lambda: guard.allows(choice, named=named, instead=instead, asked=asked),
         lambda: True,
     )
 

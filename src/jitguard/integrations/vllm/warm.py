@@ -15,12 +15,13 @@ import functools
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from jitguard.integrations.boundary import shielded
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import shielded
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm.sites import mark, original_of
 
 log = logging.getLogger("jitguard.vllm")
 MODULE = "vllm.v1.engine.core"
@@ -62,21 +63,20 @@ def _patch(module: ModuleType) -> None:
 
 def _wrap(module: ModuleType) -> bool:
     cls = getattr(module, CLASS, None)
-    original = getattr(cls, "__dict__", {}).get(METHOD)
-    if not callable(original):
+    if cls is None or not patches.wrap(cls, METHOD, _then_save):
         log.debug("jitguard: %s.%s.%s not found; no automatic warm save", MODULE, CLASS, METHOD)
         return False
-    if original_of(original) is not None:
-        return True
+    return True
 
+
+def _then_save(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def initialize_then_save(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         shielded("saving the warm snapshot", "this start is not saved", _save, lambda: None)
         return result
 
-    setattr(cls, METHOD, mark(initialize_then_save, original))
-    return True
+    return initialize_then_save
 
 
 def _save() -> None:
@@ -94,7 +94,5 @@ def undo() -> None:
             _hook.uninstall()
         _hook = None
     cls = getattr(sys.modules.get(MODULE), CLASS, None)
-    wrapper = getattr(cls, "__dict__", {}).get(METHOD)
-    original = original_of(wrapper)
-    if cls is not None and original is not None:
-        setattr(cls, METHOD, original)
+    if cls is not None:
+        patches.undo(cls, METHOD)

@@ -1,6 +1,6 @@
-"""The SGLang plugin's decision, alone: which phase FlashInfer was asked for by name, which findings decide each
-phase, and what SGLang should then use. The real SGLang code around it is exercised in tests/real/sglang; here
-the statuses are plain data, built from the catalog as the GDN resolver builds them."""
+"""The SGLang plugin's decision, alone: which phase FlashInfer was asked for by name, and which findings decide
+each phase. The real SGLang code around it is exercised in tests/real/sglang; here the statuses are plain data,
+built from the catalog as the GDN resolver builds them."""
 
 from __future__ import annotations
 
@@ -8,35 +8,23 @@ from types import SimpleNamespace
 
 import pytest
 
-from jitguard.decision.gdn import BackendStatus
-from jitguard.errors import BackendUnavailable
+from jitguard.decision.engine import ChoiceStatus, assess, prefill_in_process
+from jitguard.decision.sglang import PHASE_CHOICES, STASH, UNKNOWN, named_by, request_of
 from jitguard.findings.catalog import make
-from jitguard.integrations.sglang_choice import (
-    STASH,
-    UNKNOWN,
-    FlashInferHere,
-    SglangBackendUnavailable,
-    decide,
-    fallback_message,
-    flashinfer_here,
-    named_by,
-    phase_status,
-    request_of,
-)
+from jitguard.findings.model import Finding
 
 
-def status(*codes: str) -> BackendStatus:
-    found = tuple(make(code, backend="flashinfer") for code in codes)
-    return BackendStatus("flashinfer", not any(f.severity == "error" for f in found), found)
+def status(*codes: str) -> tuple[Finding, ...]:
+    return tuple(make(code, backend="flashinfer") for code in codes)
 
 
-NO_LIBCUDA = FlashInferHere(status("link-missing-libcuda"))
-NO_GPU = FlashInferHere(status("gpu-none", "link-missing-libcuda"))
-CACHED = FlashInferHere(status("gdn-cached-failure"))
+NO_LIBCUDA = status("link-missing-libcuda")
+NO_GPU = status("gpu-none", "link-missing-libcuda")
+CACHED = status("gdn-cached-failure")
 
 
-def never() -> FlashInferHere:
-    raise AssertionError("FlashInfer must not be looked at")
+def phase_status(phase: str, findings: tuple[Finding, ...], *, in_process: bool = False) -> ChoiceStatus:
+    return assess(PHASE_CHOICES[phase], findings, in_process=in_process)
 
 
 # ---- asked for by name ------------------------------------------------------------------------------------
@@ -100,10 +88,8 @@ def test_decode_and_verify_ignore_the_prefill_build_and_its_cached_failure(phase
 
 
 def test_nvcc_era_prefill_on_blackwell_is_judged_as_an_in_process_kernel() -> None:
-    in_process = FlashInferHere(
-        status("link-missing-libcuda", "gpu-arch-unsupported", "gdn-cached-failure"), True
-    )
-    judged = phase_status("prefill", in_process)
+    found = status("link-missing-libcuda", "gpu-arch-unsupported", "gdn-cached-failure")
+    judged = phase_status("prefill", found, in_process=True)
     assert [f.code for f in judged.findings] == ["gdn-cached-failure"]
 
 
@@ -112,37 +98,4 @@ def test_nvcc_era_prefill_on_blackwell_is_judged_as_an_in_process_kernel() -> No
     [("nvcc", [10], True), ("nvcc", [9], False), ("nvcc", [9, 10], False), ("cutedsl", [10], False)],
 )
 def test_which_prefill_kernel_flashinfer_runs(era: str, majors: list[int], in_process: bool) -> None:
-    facts = SimpleNamespace(
-        flashinfer=SimpleNamespace(era=era),
-        gpu=SimpleNamespace(devices=[SimpleNamespace(major=m) for m in majors]),
-    )
-    assert flashinfer_here(facts, status()).prefill_in_process is in_process  # type: ignore[arg-type]
-
-
-# ---- the decision ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("chosen", ["triton", "cutedsl", "flashkda"])
-def test_a_choice_other_than_flashinfer_is_left_alone_without_looking(chosen: str) -> None:
-    verdict = decide("prefill", chosen, "--linear-attn-prefill-backend", never)
-    assert (verdict.backend, verdict.action) == (chosen, "keep")
-
-
-def test_workable_flashinfer_stands() -> None:
-    verdict = decide("prefill", "flashinfer", "--linear-attn-backend", lambda: FlashInferHere(status()))
-    assert (verdict.backend, verdict.action) == ("flashinfer", "keep")
-
-
-def test_sglangs_own_doomed_flashinfer_goes_to_triton() -> None:
-    verdict = decide("prefill", "flashinfer", None, lambda: NO_LIBCUDA)
-    assert (verdict.backend, verdict.action) == ("triton", "fallback")
-    message = fallback_message([verdict])
-    assert "[link-missing-libcuda]" in message and "Fix:" in message and "JITGUARD_DISABLE=1" in message
-
-
-def test_doomed_flashinfer_asked_for_by_name_is_refused_in_sglangs_terms() -> None:
-    verdict = decide("decode", "flashinfer", "--linear-attn-backend", lambda: NO_GPU)
-    assert verdict.action == "refuse"
-    error = SglangBackendUnavailable(verdict)
-    assert isinstance(error, BackendUnavailable) and [f.code for f in error.findings] == ["gpu-none"]
-    text = str(error)
-    assert "(--linear-attn-backend flashinfer)" in text and "[gpu-none]" in text
-    assert "--linear-attn-decode-backend triton" in text and "JITGUARD_DISABLE=1" in text
+    assert prefill_in_process(era, set(majors)) is in_process

@@ -1,5 +1,5 @@
-"""Where jitguard meets an engine (vLLM, FlashInfer): the one place that keeps jitguard's own faults out of
-the engine (docs/failsafe.md: "never worse than without jitguard").
+"""The fail-safe boundary (docs/failsafe.md: "never worse than without jitguard"): the one place that keeps
+jitguard's own faults out of the code it runs inside (an engine, FlashInfer).
 
 Every hook body runs through ``shielded``: an exception that is jitguard's own (a missing dependency, a
 probe that raises, a malformed setting, an engine internal that moved) is logged once with the code
@@ -40,18 +40,23 @@ class DeadlineExceeded(Exception):
         super().__init__(f"{what} did not finish within {seconds:g} s (JITGUARD_PREFLIGHT_TIMEOUT)")
 
 
-def report_fault(where: str, then: str, exc: BaseException) -> Finding:
-    """The jitguard-fault finding for ``exc``, logged once per process for each place and kind of error."""
+def report_fault(where: str, then: str, exc: BaseException, *, once_per: str | None = None) -> Finding:
+    """The jitguard-fault finding for ``exc``, logged once per process for each place (or ``once_per``: a
+    coarser key, e.g. one kind of work on many kernels) and kind of error."""
     from jitguard.findings.checks_jitguard import fault
 
     finding = fault(where, then, exc)
-    key = (where, type(exc).__name__)
+    key = (once_per or where, type(exc).__name__)
     with _reported_lock:
         first = key not in _reported and not isinstance(exc, AlreadyReported)
         _reported.add(key)
     if first:
         log.warning(
-            "jitguard: [%s] %s. %s%s", finding.code, finding.title, finding.cause, finding.fix_suffix()
+            "jitguard: [%s] %s. %s%s To turn jitguard off: JITGUARD_DISABLE=1.",
+            finding.code,
+            finding.title,
+            finding.cause,
+            finding.fix_suffix(),
         )
         log.debug("jitguard: the fault in %s", where, exc_info=(type(exc), exc, exc.__traceback__))
     return finding
