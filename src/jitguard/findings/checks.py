@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from jitguard.findings import checks_dsl, checks_packages, checks_system, checks_toolchain
+from jitguard.findings import checks_dsl, checks_filesystems, checks_packages, checks_system, checks_toolchain
 from jitguard.findings.model import Finding, sort_findings
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ def preflight(facts: Facts, backend: str) -> list[Finding]:
     found += checks_packages.check(facts, backend)
     found += checks_system.check(facts, backend)
     found += checks_toolchain.check(facts, backend)
+    found += checks_filesystems.check(facts, backend)
     return sort_findings(_dedupe(found))
 
 
