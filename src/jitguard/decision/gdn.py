@@ -1,4 +1,4 @@
-"""Which backend runs a GDN prefill call, and the trace of why (DESIGN.md "Backend policy").
+"""Which backend runs a GDN prefill call, and the trace of why (docs/design.md "Backend policy").
 
 ``auto`` tries the backends in order, skipping one whose input constraints the call violates, that has an
 ``error`` finding from pre-flight, a cached failure for this environment, or a failure on first use in this

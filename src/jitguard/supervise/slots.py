@@ -5,7 +5,7 @@ one free slot ``slot-000`` ... ``slot-{N-1}`` before the compiler starts and kee
 all its children are gone. Because every process on the host uses the same directory, 8 ranks or 8 engines
 building at once run at most N compile jobs together, not 8 x N.
 
-N is what the memory budget allows (``build.budget.plan_jobs``). Processes that computed different N share the
+N is what the memory budget allows (``facts.capacity.plan_jobs``). Processes that computed different N share the
 low-numbered slots, so the host total never exceeds the largest N in use. flock locks belong to open file
 descriptions: they vanish when the last process holding one dies, so a killed build never leaks a slot, and
 the file descriptor is inherited by the compiler so the slot stays taken exactly as long as the compile runs.
