@@ -137,7 +137,7 @@ class Settings:
     lock_timeout: float = 3600.0
     failure_ttl: float = 7 * 86400.0
     cache_dir: Path = Path("~/.cache/jitguard")
-    compiler_cache: str = "auto"  # JITGUARD_COMPILER_CACHE (supervise.compiler_cache)
+    compiler_cache: str = "auto"  # JITGUARD_COMPILER_CACHE (fleet.compiler_cache)
     share_url: str | None = None  # JITGUARD_SHARE: the artifact store fetched before a build
     share_publish: bool = False  # JITGUARD_SHARE_PUBLISH: also publish what a guarded build made
     share_timeout: float = 120.0  # JITGUARD_SHARE_TIMEOUT: bound on one fetch or publish

@@ -16,7 +16,7 @@ EXIT_USAGE = 2
 
 
 class JitguardError(Exception):
-    """Base class. ``exit_code`` follows DESIGN.md: 1 blocking finding / failed build, 2 usage error.
+    """Base class. ``exit_code`` follows docs/design.md "Exit codes": 1 blocking finding / failed build, 2 usage error.
 
     ``kind`` names the class of error in the ``jitguard.error/1`` JSON envelope; ``findings`` and ``log_path``
     are what a subclass can say beyond its message."""

@@ -234,34 +234,37 @@ def json_files(directory: Path) -> list[Path]:
 # -- where state lives --------------------------------------------------------------------------------------
 
 
-def fallback_path() -> Path:
-    """The private temporary directory logs and slots fall back to: ``$TMPDIR/jitguard-<uid>``."""
-    return Path(tempfile.gettempdir()) / f"jitguard-{os.geteuid()}"
+def fallback_path(base: Path | None = None) -> Path:
+    """The private temporary directory logs and slots fall back to: ``$TMPDIR/jitguard-<uid>`` (or the same
+    name in ``base``)."""
+    return Path(base or tempfile.gettempdir()) / f"jitguard-{os.geteuid()}"
 
 
-def fallback_root() -> Path:
-    """``fallback_path()``, created 0700; a fresh private ``mkdtemp`` directory when that name is taken by a
-    link, a file or a directory that is not ours alone."""
-    path = fallback_path()
+def fallback_root(base: Path | None = None) -> Path:
+    """``fallback_path(base)``, created 0700; a fresh private ``mkdtemp`` directory when that name is taken by
+    a link, a file or a directory that is not ours alone."""
+    path = fallback_path(base)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, PRIVATE_DIR_MODE)
     st = os.lstat(path)
     if stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and not untrusted_reasons(st):
         return path
-    return Path(tempfile.mkdtemp(prefix=f"{path.name}-"))
+    return Path(tempfile.mkdtemp(prefix=f"{path.name}-", dir=path.parent))
 
 
 def state_dir(cache_dir: Path, name: str) -> Path:
     """``<cache_dir>/<name>`` when the cache dir is trusted and can take a file now, else
     ``<fallback_root()>/<name>``. Raises OSError only when neither can."""
     try:
-        return _usable(Path(cache_dir), name)
+        return private_dir(Path(cache_dir), name)
     except OSError as exc:
         log.info("jitguard: %s cannot take %s (%s); using %s", cache_dir, name, exc, fallback_path())
-    return _usable(fallback_root(), name)
+    return private_dir(fallback_root(), name)
 
 
-def _usable(root: Path, name: str) -> Path:
+def private_dir(root: Path, name: str) -> Path:
+    """``<root>/<name>``, created 0700 where missing, every level trusted (``untrusted_reasons``) and able to
+    take a file now; raises OSError (``UntrustedPath`` for a level not ours alone) otherwise."""
     with _dir_fd(root, (name,), create=True) as dir_fd:
         probe = f".probe-{secrets.token_hex(6)}"
         fd = os.open(probe, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)

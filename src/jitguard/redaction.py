@@ -1,7 +1,7 @@
 """Secrets out of everything jitguard writes (JSON, text, cached verdicts, build logs): by name and by value.
 
 By name: the value of any variable or mapping key whose name contains TOKEN, KEY, SECRET, PASSWORD or
-CREDENTIAL (DESIGN.md). By value, wherever it sits in a string (a path component, a compiler flag, a line a
+CREDENTIAL (docs/design.md "Secrets"). By value, wherever it sits in a string (a path component, a compiler flag, a line a
 build rule printed), because a token pasted into CUDA_HOME, LD_LIBRARY_PATH or NVCC_APPEND_FLAGS is a token
 all the same:
 

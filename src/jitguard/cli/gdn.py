@@ -47,7 +47,14 @@ def configure(subparsers: Any) -> None:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     run.set_defaults(execute=execute_run)
-    explain = actions.add_parser("explain", help="show the backend decision trace and each backend's status")
+    explain = actions.add_parser(
+        "explain",
+        help="show the backend decision trace and each backend's status",
+        description=(
+            "Shows which backend a Qwen3.5 GDN prefill layer on CUDA would use here (JITGUARD_GDN_BACKEND "
+            "included) and why each other is skipped. Exit 1 when no backend can run it."
+        ),
+    )
     explain.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     explain.set_defaults(execute=execute_explain)
     parser.set_defaults(execute=lambda args: _usage(parser))
@@ -59,22 +66,28 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def execute_explain(args: argparse.Namespace) -> int:
-    from jitguard.gdn.dispatch import backend_status, dispatcher, explain
+    """Exit 1 when no backend can run the call (every one blocked, or JITGUARD_GDN_BACKEND names one that
+    cannot run here), as doctor does; 2 for a malformed JITGUARD_GDN_BACKEND."""
+    from jitguard.config import Settings
+    from jitguard.gdn.dispatch import backend_status, dispatcher, outlook
 
+    Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2, not a line in the trace
+    d = dispatcher()
+    auto = outlook()
     if args.json:
         from jitguard.cli.envelope import dumps
-        from jitguard.gdn.dispatch import describe_auto
 
-        d = dispatcher()
         payload = {
-            "auto": describe_auto(),
+            "auto": auto.to_json(),
             "statuses": {name: backend_status(name).to_json() for name in d.order},
             "decisions": [decision.to_json() for decision in d.decisions()],
         }
         print(dumps("gdn.explain", payload))
     else:
-        print(explain())
-    return EXIT_OK
+        from jitguard.report.text import render_explain
+
+        print(render_explain(d.decisions(), auto))
+    return EXIT_OK if auto.candidates else EXIT_FAILURE
 
 
 def execute_run(args: argparse.Namespace) -> int:

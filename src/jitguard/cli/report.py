@@ -94,7 +94,11 @@ def render_doctor(
             warn = [f.code for f in findings if f.severity == "warning"]
             extra = f" (warnings: {', '.join(warn)})" if warn else ""
             out.print(f"  {backend:<11}[green]usable[/]{extra}")
-    if decision and decision.get("backend") == "none":
+    strict = decision is not None and decision.get("requested") not in (None, "auto")
+    if decision and decision.get("backend") == "none" and strict:
+        named = escape(f"{decision.get('source')}={decision.get('requested')}")
+        out.print(f"  GDN prefill with {named} (strict): [red]cannot run here[/] (it is blocked, above)")
+    elif decision and decision.get("backend") == "none":
         out.print(
             "  GDN prefill with backend='auto': [red]no backend can run here[/] (each one is blocked, above)"
         )
@@ -121,7 +125,7 @@ def render_doctor(
     elif engine is not None:
         render_engine(out, engine)
     order = {"jitguard": list(own), **results}
-    if decision and decision.get("backend") == "none" and "torch" in results:
+    if decision and decision.get("backend") == "none" and not strict and "torch" in results:
         # Nothing can run: the step that unblocks the last resort (torch runs anywhere) comes first.
         order = {"jitguard": list(own), "torch": results["torch"], **results}
     todo = _next_steps(order)

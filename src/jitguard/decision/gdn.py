@@ -1,4 +1,4 @@
-"""Which backend runs a GDN prefill call, and the trace of why (DESIGN.md "Backend policy").
+"""Which backend runs a GDN prefill call, and the trace of why (docs/design.md "Backend policy").
 
 ``auto`` tries the backends in order, skipping one whose input constraints the call violates, that has an
 ``error`` finding from pre-flight, a cached failure for this environment, or a failure on first use in this
@@ -168,16 +168,30 @@ class Assessment:
 
 
 def decide(
-    assessments: Sequence[Assessment], spec: CallSpec, *, requested: str = "auto", source: str = "default"
+    assessments: Sequence[Assessment],
+    spec: CallSpec,
+    *,
+    requested: str = "auto",
+    source: str = "default",
+    raise_when_blocked: bool = True,
 ) -> Decision:
     """Order the candidates. ``assessments`` come in ``auto`` order; for a named backend the decision is
-    strict and raises ``BackendUnavailable`` when it is blocked."""
+    strict and raises ``BackendUnavailable`` when it is blocked (with ``raise_when_blocked=False``, it
+    returns the decision that no backend runs, for a report that must go on: doctor, explain)."""
     if requested != "auto":
         named = next(a for a in assessments if a.name == requested)
-        if named.blocking:
+        if named.blocking and raise_when_blocked:
             raise BackendUnavailable(
                 OP, requested, named.blocking, alternative(assessments, exclude=requested)
             )
+        if named.blocking:
+            blocked = (
+                TraceEntry(requested, "skipped", summary(named.blocking), named.blocking),
+                TraceEntry(
+                    "none", "note", f"{requested} was named (strict: no fallback) and cannot run here"
+                ),
+            )
+            return Decision((), blocked, requested, source, spec)
         trace = (TraceEntry(requested, "chosen", "named explicitly (strict: no fallback)", named.warnings),)
         return Decision((requested,), trace, requested, source, spec)
     candidates: list[str] = []

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from jitguard.facts.disk import DiskFacts
     from jitguard.facts.dsl_install import DslInstallFacts
     from jitguard.facts.environment import EnvironmentFacts
+    from jitguard.facts.filesystems import FilesystemFacts
     from jitguard.facts.flashinfer import FlashinferFacts
     from jitguard.facts.gpu import GpuFacts
     from jitguard.facts.libcuda import LinkFacts
@@ -86,6 +87,8 @@ class Facts:
     dsl_install: DslInstallFacts | None = None
     # Triton installed only (None otherwise): its JIT's C compiler, Python.h and libcuda, and a real stub build
     triton_jit: TritonJitFacts | None = None
+    # The file systems of jitguard's cache dir, FlashInfer's workspace and Triton's cache (network or not)
+    filesystems: FilesystemFacts | None = None
 
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
@@ -95,6 +98,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         disk,
         dsl_install,
         environment,
+        filesystems,
         fingerprint,
         flashinfer,
         gpu,
@@ -150,4 +154,15 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"
-    return Facts(**parts, fingerprint=key, unavailable=dict(unavailable), dsl_install=dsl, triton_jit=jit)
+    places: dict[str, Path] = {"cache_dir": cache_dir, "triton_cache_dir": filesystems.triton_cache_dir(env)}
+    if "flashinfer" not in unavailable:
+        places["flashinfer_workspace"] = fi.workspace_dir
+    mounts = run("filesystems", lambda: filesystems.probe(places))
+    return Facts(
+        **parts,
+        fingerprint=key,
+        unavailable=dict(unavailable),
+        dsl_install=dsl,
+        triton_jit=jit,
+        filesystems=mounts,
+    )

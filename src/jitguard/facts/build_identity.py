@@ -11,7 +11,7 @@ serving hosts agree. The GPU's arch counts only when FLASHINFER_CUDA_ARCH_LIST i
 compiles for the visible GPUs).
 
 ``compute(described)`` takes ``fingerprint.describe(...)``'s plain data and returns a short stable key: the
-artifact store (``state.artifact_store``) files modules under it.
+artifact store (``fleet.artifact_store``) files modules under it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How many compile jobs fit: the memory budget (DESIGN.md "Memory budget"). Pure: facts in, a plan out.
+"""How many compile jobs fit: the memory budget (docs/design.md "Memory budget"). Pure: facts in, a plan out.
 
     jobs = min(CPU limit, floor((budget - headroom) / memory per job))
 

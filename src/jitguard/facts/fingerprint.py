@@ -1,4 +1,4 @@
-"""The environment fingerprint: the key of the failure cache (DESIGN.md "Fingerprint").
+"""The environment fingerprint: the key of the failure cache (docs/design.md "Fingerprint").
 
 It covers everything that decides whether a kernel build or load succeeds: package versions, GPU arch and
 driver, nvcc/c++/ninja (paths and versions), the libstdc++ pair, and the environment variables that change a

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from jitguard.findings import (
     checks_arch,
     checks_dsl,
+    checks_filesystems,
     checks_packages,
     checks_system,
     checks_toolchain,
@@ -50,6 +51,7 @@ def preflight(facts: Facts, backend: str) -> list[Finding]:
     found += checks_toolchain.check(facts, backend)
     found += checks_triton.check(facts, backend)
     found += checks_arch.check(facts, backend)
+    found += checks_filesystems.check(facts, backend)
     return sort_findings(_dedupe(found))
 
 

@@ -1,6 +1,6 @@
 """Fetch before building, publish after: a module's build shared by the fleet through the artifact store.
 
-``Share`` ties one module build to a store (``state.artifact_store``): its key is the module name, the build
+``Share`` ties one module build to a store (``fleet.artifact_store``): its key is the module name, the build
 identity of this environment (``facts.build_identity``) and the variant being built, a digest of what is
 compiled that does not depend on where it lies (file names and bytes of the sources, the flags, the manifest
 with the build directory taken out), so two hosts with different workspaces agree.

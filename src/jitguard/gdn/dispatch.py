@@ -72,8 +72,11 @@ class Dispatcher:
             self._setting = (chosen, "JITGUARD_GDN_BACKEND") if chosen != "auto" else ("auto", "default")
         return self._setting
 
-    def decide(self, backend: str, spec: CallSpec, *, without_a_call: bool = False) -> Decision:
-        """The decision for a call like ``spec``; raises BackendUnavailable when a named backend cannot run.
+    def decide(
+        self, backend: str, spec: CallSpec, *, without_a_call: bool = False, raise_when_blocked: bool = True
+    ) -> Decision:
+        """The decision for a call like ``spec``; raises BackendUnavailable when a named backend cannot run
+        (unless ``raise_when_blocked`` is False: then the decision's backend is 'none').
         ``without_a_call``: no tensors prove torch is there (resolve, explain, doctor), so every backend's
         environment is checked, the torch backend's too."""
         requested, source = self.requested(backend)
@@ -84,7 +87,9 @@ class Dispatcher:
             raise UsageError(f"backend {requested!r} is not registered with this dispatcher")
         named = requested if requested != "auto" else None
         assessed = self.assess(spec, named=named, every_environment=without_a_call)
-        return decision.decide(assessed, spec, requested=requested, source=source)
+        return decision.decide(
+            assessed, spec, requested=requested, source=source, raise_when_blocked=raise_when_blocked
+        )
 
     def assess(
         self, spec: CallSpec, *, named: str | None = None, every_environment: bool = False
@@ -295,24 +300,39 @@ def resolve(requested: str = "auto", spec: CallSpec | None = None, *, facts: Fac
     from jitguard.gdn.validate import check_backend_name
 
     requested = check_backend_name(requested)
-    d = dispatcher()
-    if facts is not None:
-        d = Dispatcher(list(d.backends.values()), Environment(facts=facts, cache_dir=d.environment.cache_dir))
-    return d.decide(requested, spec or QWEN35_SPEC, without_a_call=True)
+    return _with_facts(facts).decide(requested, spec or QWEN35_SPEC, without_a_call=True)
 
 
 def explain(spec: CallSpec | None = None) -> str:
     """The decision trace: every kind of call this process made, then what ``auto`` picks for ``spec``
     (default: a Qwen3.5 layer on CUDA, bf16) with each backend's status here."""
-    d = dispatcher()
     auto: Decision | str
     try:
-        auto = d.decide("auto", spec or QWEN35_SPEC, without_a_call=True)
-    except JitguardError as exc:
+        auto = outlook(spec)
+    except JitguardError as exc:  # a malformed JITGUARD_GDN_BACKEND: the text says which and what to type
         auto = str(exc)
-    return render_explain(d.decisions(), auto)
+    return render_explain(dispatcher().decisions(), auto)
+
+
+def outlook(spec: CallSpec | None = None, *, facts: Facts | None = None) -> Decision:
+    """What a call of ``spec`` (default: a Qwen3.5 layer on CUDA, bf16) with ``backend='auto'`` gets here,
+    JITGUARD_GDN_BACKEND included; never raises for a blocked backend: the decision's backend is then 'none'
+    (doctor and `jitguard gdn explain` report it and exit 1). A malformed JITGUARD_GDN_BACKEND raises
+    ConfigError."""
+    return _with_facts(facts).decide(
+        "auto", spec or QWEN35_SPEC, without_a_call=True, raise_when_blocked=False
+    )
 
 
 def describe_auto(*, facts: Facts | None = None, spec: CallSpec | None = None) -> dict[str, Any]:
-    """``resolve('auto', spec)`` as JSON, for `jitguard doctor` (default spec: a Qwen3.5 layer on CUDA)."""
-    return resolve("auto", spec, facts=facts).to_json()
+    """``outlook(spec)`` as JSON, for `jitguard doctor` and `jitguard gdn explain` (default spec: a Qwen3.5
+    layer on CUDA)."""
+    return outlook(spec, facts=facts).to_json()
+
+
+def _with_facts(facts: Facts | None) -> Dispatcher:
+    """The process-wide dispatcher, or one like it that judges from ``facts`` instead of this process's."""
+    d = dispatcher()
+    if facts is None:
+        return d
+    return Dispatcher(list(d.backends.values()), Environment(facts=facts, cache_dir=d.environment.cache_dir))

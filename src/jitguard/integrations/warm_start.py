@@ -144,13 +144,14 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
 def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome:
     from jitguard import fileio
     from jitguard.errors import LockTimeout, LockUnavailable
+    from jitguard.supervise.lock_dir import lock_dir
     from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
     ensure_visible_logging()
     name = settings.warm_name
     store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout)
     lock = ModuleLock(
-        fileio.state_dir(settings.cache_dir, "locks") / f"warm-{_key_text(stack, name)}.lock",
+        lock_dir(settings.cache_dir, "locks") / f"warm-{_key_text(stack, name)}.lock",
         f"warm snapshot {name!r} ({stack.arch})",
         timeout=settings.share_timeout + 60.0,
         report_interval=2.0,
@@ -295,12 +296,12 @@ def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Th
         return None
 
     def run() -> None:
-        from jitguard import fileio
         from jitguard.errors import LockTimeout, LockUnavailable
+        from jitguard.supervise.lock_dir import lock_dir
         from jitguard.supervise.module_lock import ModuleLock
 
         lock = ModuleLock(
-            fileio.state_dir(settings.cache_dir, "locks") / "warm-save.lock",
+            lock_dir(settings.cache_dir, "locks") / "warm-save.lock",
             "warm snapshot save",
             timeout=0.0,
         )

@@ -254,10 +254,10 @@ def _timed(compile: Callable[[], Any], name: str) -> Any:
 def _take_lock(settings: Settings, key: KernelKey) -> ModuleLock | None:
     """The per-kernel lock, held while one process compiles and publishes; None when it cannot be had (then
     this process compiles on its own: harmless, the first publish is kept)."""
-    from jitguard import fileio
+    from jitguard.supervise.lock_dir import lock_dir
 
     try:
-        path = fileio.state_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"
+        path = lock_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"
         lock = ModuleLock(
             path,
             f"CuTeDSL kernel {key.name}",

@@ -20,7 +20,7 @@ process group of its own; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to that wh
 still there after ``JITGUARD_KILL_GRACE`` seconds (default 3), it gets SIGKILL: a compiler that ignores
 SIGTERM still ends.
 
-When the build uses the compiler cache (``supervise.compiler_cache``: the runner puts the attempt's sccache
+When the build uses the compiler cache (``fleet.compiler_cache``: the runner puts the attempt's sccache
 directory in the environment), a compile runs as ``sccache <compiler> ...``: the attempt's sccache server is
 started first (before the slot, so it never inherits one), the slot is held while the sccache client waits
 and is not handed to it, and the server's counters are kept after the compile. A server that cannot start
@@ -44,7 +44,7 @@ from jitguard.fleet import compiler_cache
 from jitguard.supervise import slots
 from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
 
-# The runner looks for this exact text (see build.oom) to learn that a job died by SIGKILL.
+# The runner looks for this exact text (see supervise.oom) to learn that a job died by SIGKILL.
 KILLED_MARKER = "jitguard-launch: killed by signal"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 SLOTS_DIR_ENV = "JITGUARD_SLOTS_DIR"

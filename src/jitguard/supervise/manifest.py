@@ -11,7 +11,7 @@ generated files) is covered like any other command, so the rewrite works for any
 
 The copy is written next to the log (never over the original). Output paths are unchanged and ninja runs in
 the original build directory. ninja records a hash of each command line, so an object built by plain ``ninja``
-would count as out of date for the wrapped manifest and the other way round: ``build.ninja_log`` records each
+would count as out of date for the wrapped manifest and the other way round: ``supervise.ninja_log`` records each
 finished object for both command lines, and the runner first asks the original manifest whether there is
 anything to do at all (``nothing_to_do``). ``up_to_date`` asks the same and turns a manifest ninja cannot load
 into a ``UsageError`` that names the user's file and line (never the copy's).
@@ -38,7 +38,7 @@ _LOAD_ERROR = re.compile(r"^ninja: error: (?P<file>.+?):(?P<line>\d+): (?P<messa
 
 def launcher_prefix(*, python: str | None = None) -> list[str]:
     """The argv prefix that runs a command under a host-wide slot (directory and count come from the
-    environment, see ``build.launcher``, so the prefix and thus ninja's view of the command never change)."""
+    environment, see ``supervise.launcher``, so the prefix and thus ninja's view of the command never change)."""
     return [python or sys.executable, "-m", "jitguard.supervise.launcher", "--"]
 
 

@@ -10,6 +10,10 @@ tensor-parallel ranks sit silent while the eighth compiles (or has died). This l
 - a timeout (JITGUARD_LOCK_TIMEOUT) ending in ``LockTimeout``, a BuildFailed carrying ``lock-timeout``;
 - takeover: the kernel drops an flock when its holder dies (even by SIGKILL), so a waiter simply gets it; the
   sidecar left behind tells the new holder it is taking over, and from whom.
+
+A lock file on a network file system, where flock is unreliable (flashinfer#3777), is taken on a local
+stand-in instead (``jitguard.supervise.lock_dir``), said once per process: the processes of this host still
+exclude each other, stock FlashInfer processes no longer.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from jitguard.config import format_duration as _duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.fileio import read_json, write_json
+from jitguard.supervise.lock_dir import lock_path_for
 
 LOGGER_NAME = "jitguard"
 SIDECAR_SUFFIX = ".jitguard.json"
@@ -166,10 +171,13 @@ class ModuleLock:
         poll_interval: float = DEFAULT_POLL_INTERVAL_S,
         activity: str = "build",
         timeout_variable: str = "JITGUARD_LOCK_TIMEOUT",
+        mount_table: str | None = None,
     ) -> None:
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
-        self.lock_path = Path(lock_path)
+        self.requested_path = Path(lock_path)
+        # On a network file system the lock moves to a local stand-in (mount_table: default this process's).
+        self.lock_path = _placed(self.requested_path, mount_table)
         self.sidecar_path = self.lock_path.with_name(self.lock_path.name + SIDECAR_SUFFIX)
         self.module = module
         self.timeout = timeout
@@ -369,3 +377,10 @@ def ensure_visible_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
+
+
+def _placed(path: Path, mount_table: str | None) -> Path:
+    try:
+        return lock_path_for(path, table=mount_table)
+    except OSError:  # no local place either: the lock itself then fails, and says why
+        return path

@@ -2,7 +2,7 @@
 
 ninja decides that an output is up to date only when its ``.ninja_log`` entry carries the hash of the command
 line that would build it now. The runner builds through a wrapped copy of the manifest whose commands start
-with the slot launcher (``build.manifest``), so without help an object built by jitguard looks out of date to
+with the slot launcher (``supervise.manifest``), so without help an object built by jitguard looks out of date to
 FlashInfer's plain ``ninja`` (a prebuilt module would be compiled again at serving time), and an object that
 plain ``ninja`` built looks out of date to jitguard.
 

@@ -67,7 +67,7 @@ class BuildOptions:
     lock_timeout: float = 3600  # waiting for another process's build of the same directory
     kill_grace: float = 3.0  # SIGTERM -> SIGKILL when a build is stopped: how long a compile gets to exit
     # Additions beyond the agreed contract, all with defaults:
-    progress: str = "auto"  # auto | bar | log | none (see build.progress)
+    progress: str = "auto"  # auto | bar | log | none (see supervise.progress)
     progress_interval: float = 15.0  # seconds between progress log lines
     cache_dir: Path | None = None  # logs, slots and learned job memory; default: jitguard's cache dir
     backend: str = "any"  # the ``backend`` of the findings a failure produces

@@ -5,14 +5,15 @@ one free slot ``slot-000`` ... ``slot-{N-1}`` before the compiler starts and kee
 all its children are gone. Because every process on the host uses the same directory, 8 ranks or 8 engines
 building at once run at most N compile jobs together, not 8 x N.
 
-N is what the memory budget allows (``build.budget.plan_jobs``). Processes that computed different N share the
+N is what the memory budget allows (``facts.capacity.plan_jobs``). Processes that computed different N share the
 low-numbered slots, so the host total never exceeds the largest N in use. flock locks belong to open file
 descriptions: they vanish when the last process holding one dies, so a killed build never leaks a slot, and
 the file descriptor is inherited by the compiler so the slot stays taken exactly as long as the compile runs.
 
 The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
 whose memory is not shared. It lives in jitguard's cache dir, or in the private temporary fallback when the
-cache dir is refused or full (``jitguard.fileio.state_dir``). A slot file is never opened through a link: a
+cache dir is refused or full (``jitguard.fileio.state_dir``), or in a local directory when the cache dir is
+on a network file system, where flock is unreliable (``jitguard.supervise.lock_dir``). A slot file is never opened through a link: a
 link found at a slot's name is replaced by a plain file, so a dangling one cannot make jitguard create its
 target.
 
@@ -22,7 +23,7 @@ the module in the environment of every compile; ``holders_of`` finds the live pr
 what build they belong to, and ``reclaim`` ends those whose build's jitguard is gone. A waiting launcher
 reclaims as it waits, so such a slot is free again within a second, and a waiting build names the holders.
 
-stdlib and jitguard.fileio only: the launcher imports this module once per compile command.
+stdlib and jitguard.fileio only at import: the launcher imports this module once per compile command.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitguard.fileio import PRIVATE_DIR_MODE, safe_name, state_dir
+from jitguard.fileio import PRIVATE_DIR_MODE, safe_name
 from jitguard.supervise.keeper import start_time
 
 SLOT_PREFIX = "slot-"
@@ -49,12 +50,15 @@ _POLL_MAX = 0.5
 _RECLAIM_EVERY_S = 1.0
 
 
-def host_slots_dir(cache_dir: Path) -> Path:
-    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>`` (or the same under the
-    private temporary fallback)."""
+def host_slots_dir(cache_dir: Path, *, mount_table: str | None = None) -> Path:
+    """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``, or the same under the
+    private temporary fallback, or under a local directory when the cache dir is on a network file system
+    (``jitguard.supervise.lock_dir``; ``mount_table``: the mount table's text, default this process's)."""
+    from jitguard.supervise.lock_dir import lock_dir  # not at import: the launcher imports this module
+
     host = safe_name(socket.gethostname() or "localhost")
     try:
-        return state_dir(cache_dir, "slots") / host
+        return lock_dir(cache_dir, "slots", table=mount_table) / host
     except OSError:
         return Path(cache_dir) / "slots" / host  # taking a slot then fails, and says why
 

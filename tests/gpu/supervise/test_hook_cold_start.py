@@ -4,7 +4,7 @@ Each rank is a real process doing exactly what an engine's rank does on its firs
 installed: ``jitguard.install()``, then FlashInfer's own ``get_gdn_prefill_module()`` (``build_and_load`` of
 ``gdn_prefill_sm90``, 34 TUs, ~6 min on 16 cores). The workspace is fresh, so the module is cold.
 
-    python3 -m pytest -m gpu tests/gpu/build/test_hook_cold_start.py -v -s -p no:cacheprovider
+    python3 -m pytest -m gpu tests/gpu/supervise/test_hook_cold_start.py -v -s -p no:cacheprovider
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from jitguard.findings.model import Finding
 from jitguard.gdn import chunk_gated_delta_rule, explain
 from jitguard.gdn.backends import torch as torch_backend
 from jitguard.gdn.call import GdnCall
-from jitguard.gdn.dispatch import Dispatcher, backend_status, reset, resolve
+from jitguard.gdn.dispatch import Dispatcher, backend_status, outlook, reset, resolve
 from jitguard.gdn.environment import Environment
 from jitguard.gdn.shapes import make_inputs
 from jitguard.report.text import render_decision
@@ -109,6 +109,20 @@ def test_env_var_names_a_backend_strictly(monkeypatch: pytest.MonkeyPatch) -> No
     # an explicit argument wins over the variable
     o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, cu_seqlens=x.cu_seqlens, backend="torch")
     assert o.shape[0] == 21
+
+
+def test_outlook_shows_a_blocked_named_backend_as_no_backend_instead_of_raising(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JITGUARD_GDN_BACKEND", "flashinfer")
+    reset()
+    made = outlook(CUDA_QWEN)
+    assert (made.backend, made.requested, made.source) == ("none", "flashinfer", "JITGUARD_GDN_BACKEND")
+    skipped = made.trace[0]
+    assert skipped.outcome == "skipped" and "gpu-none" in {f.code for f in skipped.findings}
+    assert "chosen:    none" in explain()
+    with pytest.raises(BackendUnavailable):
+        resolve("auto", CUDA_QWEN)  # the op's path stays strict
 
 
 def test_a_malformed_env_var_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -170,6 +170,22 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="cache-on-network-fs",
+        severity="warning",
+        title="{what} is on a network file system ({fs_type})",
+        cause=(
+            "{what} ({path}) is on {fs_type}, mounted at {mount_point} from {source}. File locks there are "
+            "emulated or refused (NFS emulates flock with byte-range locks and loses them when the server "
+            "restarts; Lustre refuses flock without `-o flock`), and caches that several hosts write at once "
+            "race. {consequence}"
+        ),
+        fixes=(
+            FixTemplate("Point {variable} at a directory on local disk:", "export {variable}={local}"),
+            FixTemplate("See the file system and mount options of that directory:", "findmnt {mount_point}"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="env-max-jobs-invalid",
         severity="warning",
         title="MAX_JOBS={max_jobs!r} does not limit FlashInfer's build",
