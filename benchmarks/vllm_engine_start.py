@@ -2,14 +2,17 @@
 ``benchmarks/vllm_engine.py`` and ``tests/gpu/vllm``:
 
     python benchmarks/vllm_engine_start.py model DIR [qwen3-next|qwen3]     # write the model's config.json
-    python benchmarks/vllm_engine_start.py serve DIR auto|triton|flashinfer greedy|top
+    python benchmarks/vllm_engine_start.py serve DIR auto|triton|flashinfer greedy|top [eager|compiled]
 
 Models: ``qwen3-next`` (default), 4 layers, 3 of them GDN, with MoE; ``qwen3``, 2 dense layers: nothing
 for FlashInfer's GDN or Triton's FLA/MoE kernels to compile, for scenarios about other choices (the sampler).
 
 ``serve`` prints ``BENCH READY <monotonic>`` once the engine is up, ``BENCH TTFT <s>`` for a one-token
 generate and ``BENCH GENERATED <n>`` for an 8-token one; ``top`` samples with top-k/top-p (vLLM's
-FlashInfer sampler, unless it is off), ``greedy`` does not. Eager mode, TP1, Triton attention.
+FlashInfer sampler, unless it is off), ``greedy`` does not. TP1, Triton attention; ``eager`` (the default
+here, for the scenarios about a verdict) or ``compiled``: vLLM's own default, torch.compile and CUDA graphs, as
+users run it. ``BENCH_KV_CACHE_BYTES`` sets ``kv_cache_memory_bytes`` (several engines on one GPU: vLLM's
+memory profiling would count the others), ``BENCH_GPU_UTIL`` its ``gpu_memory_utilization`` (default 0.25).
 """
 
 from __future__ import annotations
@@ -70,19 +73,23 @@ def _write_qwen3(directory: Path) -> Path:
     return directory
 
 
-def serve(model: str, gdn: str, sampling: str) -> None:
+def serve(model: str, gdn: str, sampling: str, mode: str = "eager") -> None:
+    import os
+
     from vllm import LLM, SamplingParams
 
-    kwargs = dict(
+    kwargs: dict[str, object] = dict(
         model=model,
         load_format="dummy",
         skip_tokenizer_init=True,
-        enforce_eager=True,
+        enforce_eager=mode == "eager",
         max_model_len=1024,
-        gpu_memory_utilization=0.25,
+        gpu_memory_utilization=float(os.environ.get("BENCH_GPU_UTIL", "0.25")),
         dtype="bfloat16",
         attention_backend="TRITON_ATTN",
     )
+    if os.environ.get("BENCH_KV_CACHE_BYTES"):
+        kwargs["kv_cache_memory_bytes"] = int(os.environ["BENCH_KV_CACHE_BYTES"])
     if gdn != "auto":
         kwargs["gdn_prefill_backend"] = gdn
     llm = LLM(**kwargs)
@@ -100,4 +107,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "model":
         write_model(Path(sys.argv[2]), *sys.argv[3:4])
     else:
-        serve(*sys.argv[2:5])
+        serve(*sys.argv[2:6])

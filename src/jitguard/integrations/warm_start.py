@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitguard.config import Settings, format_bytes, format_duration
+from jitguard.config import Settings, format_bytes
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
@@ -232,7 +232,7 @@ def _progress_to(lock: Any) -> Any:
 
 def describe_restored(restored: Restored) -> str:
     text = (
-        f"warm snapshot restored in {format_duration(restored.seconds)}: {restored.landed} files written "
+        f"warm snapshot restored in {restored.seconds:.1f} s: {restored.landed} files written "
         f"({format_bytes(restored.fetched_bytes)} fetched, sha256 verified), {restored.present} already here"
     )
     if restored.kept_local:
@@ -283,7 +283,7 @@ def save_now(
 
 def describe_saved(saved: Saved, url: str) -> str:
     return (
-        f"warm snapshot {saved.snapshot.name!r} saved to {describe_url(url)} in {format_duration(saved.seconds)}: "
+        f"warm snapshot {saved.snapshot.name!r} saved to {describe_url(url)} in {saved.seconds:.1f} s: "
         f"{len(saved.snapshot.files)} files, {format_bytes(saved.snapshot.bytes)} "
         f"({saved.uploaded_files} new blobs, {format_bytes(saved.uploaded_bytes)} uploaded)"
     )
