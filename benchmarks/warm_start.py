@@ -52,7 +52,7 @@ SRC = HERE.parent / "src"
 START = HERE / "vllm_engine_start.py"
 WORK = Path("/tmp/jitguard-warm")
 HOST = WORK / "host"  # every cache of "the host": emptied for a cold or new host, always this path
-STORE = WORK / "store"
+STORES = WORK / "stores"  # one store per release: stores/<vLLM version>
 RESULTS = WORK / "results.jsonl"
 KEEP = re.compile(r"jitguard: |torch\.compile takes|Graph capturing finished|Error|error:")
 TORCH_COMPILE = re.compile(r"torch\.compile takes ([\d.]+) s in total")
@@ -95,6 +95,10 @@ def version_in(site: Path, name: str) -> str:
     return "?"
 
 
+def store_of(site: Path) -> Path:
+    return STORES / version_in(site, "vllm")
+
+
 def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str) -> dict[str, str]:
     env = {
         k: v
@@ -117,7 +121,7 @@ def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str)
         **extra,
     )
     if jitguard:
-        env["JITGUARD_SHARE"] = f"file://{STORE}"
+        env["JITGUARD_SHARE"] = f"file://{store_of(site)}"
         env["JITGUARD_SHARE_PUBLISH"] = "1" if publish else "0"
     else:
         env["JITGUARD_DISABLE"] = "1"
@@ -202,14 +206,18 @@ def model_for(site: Path, work: Path) -> Path:
     return directory
 
 
-def auto_saved() -> bool:
-    return any((STORE / "v1" / "warm").rglob("*.json")) if STORE.exists() else False
+def auto_saved(site: Path) -> bool:
+    return any((store_of(site) / "v1" / "warm").rglob("*.json"))
+
+
+def fresh_store(site: Path) -> None:
+    shutil.rmtree(store_of(site), ignore_errors=True)
+    store_of(site).mkdir(parents=True)
 
 
 def stage_v026(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[Row]:
     model = model_for(site, WORK)
-    shutil.rmtree(STORE, ignore_errors=True)
-    STORE.mkdir(parents=True)
+    fresh_store(site)
     rows: list[Row] = []
     plan = (
         (Row("v026", "stock cold", False, "cold", limit_s=300), True, False),
@@ -238,7 +246,7 @@ def stage_v026(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
         if publish:
             time.sleep(2)
             notes.append(
-                f"the engine's own save once ready (JITGUARD_SHARE_PUBLISH=1): {'in the store' if auto_saved() else 'not in the store'}"
+                f"the engine's own save once ready (JITGUARD_SHARE_PUBLISH=1): {'in the store' if auto_saved(site) else 'not in the store'}"
             )
             save_by_command(site, notes)
     return rows
@@ -250,8 +258,7 @@ def stage_v024(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
 
     restore_leftovers()
     model = model_for(site, WORK)
-    shutil.rmtree(STORE, ignore_errors=True)
-    STORE.mkdir(parents=True)
+    fresh_store(site)
     rows: list[Row] = []
     with libcuda_hidden(host_env(site, jitguard=False), notes) as hidden:
         notes.append(f"v024: libcuda made unlinkable: {hidden or 'nothing could be hidden'}")
@@ -276,7 +283,7 @@ def stage_v024(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
 def stage_fleet4(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[Row]:
     """4 engines at once from an emptied host and the store the v026 stage filled."""
     model = model_for(site, WORK)
-    if not auto_saved():
+    if not auto_saved(site):
         notes.append("fleet4: the store holds no snapshot (run the v026 stage first in this warm host)")
         return []
     empty_host()

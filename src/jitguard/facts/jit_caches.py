@@ -5,13 +5,16 @@ An engine start fills several caches, each with its own variable and default (re
 | layer | variable | default |
 |---|---|---|
 | ``vllm`` (torch.compile and AOT artifacts, FlashInfer autotune results) | ``VLLM_CACHE_ROOT`` | ``${XDG_CACHE_HOME:-~/.cache}/vllm`` |
-| ``sglang`` (its torch.compile tree, DeepGEMM) | ``SGLANG_CACHE_DIR`` | ``${XDG_CACHE_HOME:-~/.cache}/sglang`` |
+| ``sglang`` (its torch.compile tree, DeepGEMM) | ``SGLANG_CACHE_DIR`` | ``~/.cache/sglang`` |
 | ``triton`` (kernels, autotune results) | ``TRITON_CACHE_DIR`` | ``${TRITON_HOME:-~}/.triton/cache`` |
 | ``inductor`` (FX graphs, generated code, Triton kernels when TRITON_CACHE_DIR is unset) | ``TORCHINDUCTOR_CACHE_DIR`` | ``<tmp>/torchinductor_<user>`` |
 | ``flashinfer`` (its JIT workspace) | ``FLASHINFER_WORKSPACE_BASE`` | ``~/.cache/flashinfer`` under it |
+| ``deep_gemm`` (DeepGEMM's JIT kernels) | ``SGLANG_DG_CACHE_DIR``, ``DG_JIT_CACHE_DIR`` | ``~/.cache/deep_gemm`` (SGLang's) |
 | ``jitguard`` (the CuTeDSL kernel cache) | ``JITGUARD_CACHE_DIR`` | ``kernels/`` of jitguard's cache dir |
 
-``layers(env)`` lists them for one environment: pure, nothing is created or read. Two layers can name one
+``layers(env)`` lists them for one environment: pure, nothing is created or read. SGLang (0.5.19+) points Triton, Inductor, FlashInfer and
+DeepGEMM under ``SGLANG_CACHE_DIR`` when ``sglang`` is imported (unless they are set): those land inside the
+``sglang`` layer, in the engine's process and in a plain shell alike. Two layers can name one
 directory (Inductor's Triton dir inside its own): ``layers`` keeps the outer one only, so no file is counted
 twice.
 """
@@ -26,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "jitguard")
+LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard")
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,9 @@ def layer(name: str, env: Mapping[str, str], jitguard_cache_dir: Path) -> CacheL
         )
     if name == "sglang":
         var = _set(env, "SGLANG_CACHE_DIR")
+        # SGLang: os.path.expanduser("~/.cache/sglang"), XDG_CACHE_HOME not read
         return CacheLayer(
-            name, Path(var) if var else _xdg_cache(env) / "sglang", "SGLANG_CACHE_DIR" if var else None
+            name, Path(var) if var else _home(env) / ".cache" / "sglang", "SGLANG_CACHE_DIR" if var else None
         )
     if name == "triton":
         var = _set(env, "TRITON_CACHE_DIR")
@@ -95,6 +99,11 @@ def layer(name: str, env: Mapping[str, str], jitguard_cache_dir: Path) -> CacheL
         return CacheLayer(
             name, base / ".cache" / "flashinfer", "FLASHINFER_WORKSPACE_BASE" if var is not None else None
         )
+    if name == "deep_gemm":
+        for variable in ("SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR"):
+            if env.get(variable):
+                return CacheLayer(name, Path(env[variable]), variable)
+        return CacheLayer(name, _home(env) / ".cache" / "deep_gemm", None)  # SGLang's; vLLM's is in its own
     if name == "jitguard":
         return CacheLayer(
             name,

@@ -31,8 +31,8 @@ from jitguard.fleet.warm import Restored, Saved, WarmUnavailable, fetch_manifest
 
 log = logging.getLogger("jitguard.warm")
 ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm", "triton", "inductor", "flashinfer", "jitguard"),
-    "sglang": ("sglang", "triton", "inductor", "flashinfer", "jitguard"),
+    "vllm": ("vllm", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard"),
+    "sglang": ("sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard"),
 }
 MARKER_SCHEMA = "jitguard.warm-restored/1"
 _done: set[str] = set()

@@ -269,7 +269,7 @@ def test_layers_are_found_where_each_tool_looks() -> None:
     }
     found = {c.name: (str(c.root), c.variable) for c in layers(moved, Path("/j"))}
     assert found["vllm"] == ("/data/c/vllm", "VLLM_CACHE_ROOT")
-    assert found["sglang"] == ("/xdg/sglang", None)
+    assert found["sglang"] == ("/home/u/.cache/sglang", None)  # SGLang does not read XDG_CACHE_HOME
     assert found["triton"] == ("/t/.triton/cache", "TRITON_HOME")
 
 
