@@ -25,7 +25,7 @@ directory elsewhere on the disk. Rows:
 Each row: time to ready, to the first token, tokens, and from the engine's own log what it spent compiling
 (vLLM's "torch.compile takes", "Graph capturing finished", jitguard's CuTeDSL compile lines) and the restore
 (seconds, files, bytes fetched). Results are appended to ``/tmp/jitguard-warm/results.jsonl`` (across calls
-while the host stays warm) and copied to ``$OUT``; ``--table`` renders ``warm_start.md`` and the chart
+while the host stays warm) and copied to ``$OUT``, each engine's log in ``$OUT/warm_start_logs_<stage>.tar.gz``; ``--table`` renders ``warm_start.md`` and the chart
 ``warm_start.svg`` from result files.
 """
 
@@ -449,9 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage is None or args.site is None:
         parser.error("--stage and --site (or --table)")
     budget = Budget(args.budget)
-    logs = args.out / "logs"
-    logs.mkdir(exist_ok=True)
-    WORK.mkdir(parents=True, exist_ok=True)
+    logs = WORK / f"logs-{args.stage}"  # sent back as one archive: $OUT takes few files
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
     notes: list[str] = []
     stage = {"v026": stage_v026, "v024": stage_v024, "fleet4": stage_fleet4}[args.stage]
     rows = stage(args.site, budget, logs, notes)
@@ -460,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             handle.write(json.dumps(asdict(row)) + "\n")
     shutil.copy(RESULTS, args.out / "warm_start.jsonl")
+    shutil.make_archive(str(args.out / f"warm_start_logs_{args.stage}"), "gztar", logs)
     print("\n".join(notes))
     return 0
 
