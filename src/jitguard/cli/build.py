@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jitguard.cli.parsing import needs_action
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 COMMAND = "build.ninja"
@@ -50,15 +51,11 @@ def configure(subparsers: Any) -> None:
                 raise
             continue
         module.register(targets)
-    parser.set_defaults(execute=_usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> Any:
-    def show(_args: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        raise UsageError("jitguard build needs a target, e.g. `jitguard build ninja path/to/build.ninja`")
-
-    return show
+    parser.set_defaults(
+        execute=needs_action(
+            parser, "jitguard build needs a target, e.g. `jitguard build ninja path/to/build.ninja`"
+        )
+    )
 
 
 def _configure_ninja(targets: Any) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from jitguard.cli.parsing import needs_action
 from jitguard.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
@@ -48,15 +49,7 @@ def configure(subparsers: Any) -> None:
     clearing.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clearing.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     clearing.set_defaults(execute=execute)
-    parser.set_defaults(execute=_usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> Any:
-    def show(_args: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        raise UsageError("jitguard cache needs an action: list or clear")
-
-    return show
+    parser.set_defaults(execute=needs_action(parser, "jitguard cache needs an action: list or clear"))
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -5,9 +5,9 @@ where a store is configured (``integrations.warm_start``, docs/fleet.md)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
+from jitguard.cli.parsing import needs_action
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 _LAYERS_HELP = (
@@ -42,15 +42,7 @@ def configure(subparsers: Any) -> None:
         sub.add_argument("--layers", help=_LAYERS_HELP + "; comma-separated")
         sub.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
         sub.set_defaults(execute=execute)
-    parser.set_defaults(execute=_usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> Any:
-    def show(_args: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        raise UsageError("jitguard warm needs an action: save, restore or show")
-
-    return show
+    parser.set_defaults(execute=needs_action(parser, "jitguard warm needs an action: save, restore or show"))
 
 
 def execute(args: argparse.Namespace) -> int:

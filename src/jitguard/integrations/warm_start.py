@@ -66,6 +66,16 @@ def engine_layers(settings: Settings, names: tuple[str, ...] = LAYER_NAMES) -> t
     return layers(os.environ, settings.cache_dir, names)
 
 
+def _this_stack(settings: Settings, arch: str | None) -> StackKey | Outcome:
+    """This host's stack for ``arch`` (default: its GPU's), or why a warm operation is skipped here."""
+    if not settings.share_url:
+        return Outcome("skipped", "no store configured (JITGUARD_SHARE)")
+    arch = arch or host_arch(settings)
+    if arch is None:
+        return Outcome("skipped", "no GPU to tell the arch (set JITGUARD_WARM_ARCH, e.g. 9.0)")
+    return stack_key(arch)
+
+
 def _key_text(stack: StackKey, name: str) -> str:
     return f"{stack.digest}-{stack.arch}-{name}"
 
@@ -77,13 +87,12 @@ def _marker(settings: Settings, stack: StackKey, name: str) -> Path:
 def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None = None) -> Outcome:
     """Restore this stack's snapshot on this host unless a process here did already (see the module
     docstring). Never raises."""
-    if settings.disabled or settings.warm == "off" or not settings.share_url:
-        return Outcome("skipped", "no store configured (JITGUARD_SHARE)")
+    if settings.disabled or settings.warm == "off":
+        return Outcome("skipped", "warm start is off (JITGUARD_WARM=off or JITGUARD_DISABLE=1)")
     try:
-        arch = arch or host_arch(settings)
-        if arch is None:
-            return Outcome("skipped", "no GPU to tell the arch (set JITGUARD_WARM_ARCH, e.g. 9.0)")
-        stack = stack_key(arch)
+        stack = _this_stack(settings, arch)
+        if isinstance(stack, Outcome):
+            return stack
         key = _key_text(stack, settings.warm_name)
         with _lock:
             if key in _done:
@@ -252,14 +261,11 @@ def save_now(
 ) -> Outcome:
     """Save this host's caches as the snapshot (``only_if_new``: unless the store's snapshot already holds
     every file here). Never raises."""
-    if not settings.share_url:
-        return Outcome("skipped", "no store configured (JITGUARD_SHARE)")
     try:
-        arch = arch or host_arch(settings)
-        if arch is None:
-            return Outcome("skipped", "no GPU to tell the arch (set JITGUARD_WARM_ARCH, e.g. 9.0)")
-        stack = stack_key(arch)
-        store = ArtifactStore(settings.share_url, timeout=settings.share_timeout)
+        stack = _this_stack(settings, arch)
+        if isinstance(stack, Outcome):
+            return stack
+        store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout)
         chosen = engine_layers(settings, layer_names or ENGINE_LAYERS.get(engine, LAYER_NAMES))
         if only_if_new:
             try:

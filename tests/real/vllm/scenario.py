@@ -194,7 +194,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
 
         result["build_hook_active"] = flashinfer_hook.is_active()
     if result["status_calls"] and not (spec.get("inject") and spec["inject"][1] == "hang"):
-        status = plugin.guard().status()
+        status = plugin.guard().gdn()
         result["status"] = {
             "usable": status.usable,
             "codes": [f.code for f in status.findings],
