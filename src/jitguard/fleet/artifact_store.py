@@ -10,7 +10,8 @@ Layout under the URL::
     v1/blobs/<sha256>                                      the bytes of one file, named by their digest
     v1/modules/<module>/<build fingerprint>-<variant>.json  the manifest: which files, their sizes and digests
 
-Publishing uploads the blobs first and the manifest last, so a manifest is only ever seen complete (on a
+The blob and document primitives, and the session they run in, are ``fleet.store``'s; this module keeps
+modules. Publishing uploads the blobs first and the manifest last, so a manifest is only ever seen complete (on a
 local filesystem each file is written under a temporary name and renamed; an object store's PUT is atomic).
 
 **Trust.** A fetched file is used only if its size and SHA-256 match the manifest, and it is installed by
@@ -29,41 +30,38 @@ the store is a miss (``None``), which is normal for the first host.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
 import re
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 from jitguard import __version__
+from jitguard.fleet.store import (
+    ArtifactRejected,
+    StoreUnavailable,
+    StoreView,
+    describe_url,
+    sha256_of,
+)
+
+__all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url", "sha256_of"]
 
 SCHEMA = "jitguard.artifact/1"
 LAYOUT = "v1"
 MAX_MANIFEST_BYTES = 1024**2
 MAX_FILE_BYTES = 16 * 1024**3
-_CHUNK = 4 * 1024**2
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_.+-]{1,120}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_LOCAL_PROTOCOLS = ("file", "local")
 
 T = TypeVar("T")
-
-
-class StoreUnavailable(Exception):
-    """The store could not be used: not installed (fsspec / s3fs), not there, or no answer in time."""
-
-
-class ArtifactRejected(Exception):
-    """What the store holds for a key does not check out (malformed manifest, wrong size or digest)."""
 
 
 @dataclass(frozen=True)
@@ -168,24 +166,11 @@ class Fetched:
     seconds: float
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _safe(module: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_.+-]", "_", module)[:100]
     if cleaned != module:
         cleaned += "-" + hashlib.sha256(module.encode()).hexdigest()[:8]
     return cleaned
-
-
-def describe_url(url: str) -> str:
-    """The URL without credentials (``s3://key:secret@bucket`` never reaches a log line)."""
-    return re.sub(r"^([a-z0-9+.-]+://)[^/@]*@", r"\1<redacted>@", url, flags=re.IGNORECASE)
 
 
 class ArtifactStore:
@@ -274,7 +259,7 @@ class ArtifactStore:
 
         def opened(cancelled: threading.Event) -> T:
             fs, root = self._open()
-            return work(StoreView(self, fs, root, cancelled))
+            return work(StoreView(self.url, fs, root, cancelled))
 
         return self._bounded(what, opened)
 
@@ -333,153 +318,6 @@ class ArtifactStore:
         raise value
 
 
-class StoreView:
-    """The store opened inside one ``ArtifactStore.session``: content-addressed blobs and named documents
-    (manifests) under the layout root. Every call checks the session's cancel flag first."""
-
-    def __init__(self, store: ArtifactStore, fs: Any, root: str, cancelled: threading.Event) -> None:
-        self.store = store
-        self.fs = fs
-        self.root = root
-        self.cancelled = cancelled
-
-    def check_cancelled(self) -> None:
-        if self.cancelled.is_set():
-            raise StoreUnavailable("cancelled")
-
-    @property
-    def local(self) -> bool:
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
-        return any(p in _LOCAL_PROTOCOLS for p in protocol)
-
-    def blob_path(self, sha256: str) -> str:
-        if not _SHA256.match(sha256):
-            raise ValueError(f"not a SHA-256 digest: {sha256!r}")
-        return f"{self.root}/blobs/{sha256}"
-
-    def has_blob(self, sha256: str, size: int, *, rewrite_remote: bool = False) -> bool:
-        """These very bytes are in the store already. On a local filesystem the blob is hashed; on an object
-        store its size is compared (a PUT is atomic, and every reader verifies), or, with ``rewrite_remote``,
-        it is always rewritten."""
-        self.check_cancelled()
-        path = self.blob_path(sha256)
-        if self.local:
-            return _exists(self.fs, path) and sha256_of(Path(path)) == sha256
-        if rewrite_remote:
-            return False
-        try:
-            return _size(self.fs, path) == size
-        except FileNotFoundError:
-            return False
-
-    def put_blob(self, source: Path, sha256: str) -> None:
-        self.check_cancelled()
-        self._write(self.blob_path(sha256), functools.partial(_put, self.fs, source))
-
-    def write_document(self, name: str, body: bytes) -> None:
-        """Write a document (a manifest) at ``name`` under the layout root; seen whole or not at all."""
-        self.check_cancelled()
-        self._write(f"{self.root}/{_document(name)}", lambda target: self.fs.pipe_file(target, body))
-
-    def read_document(self, name: str, limit: int) -> bytes | None:
-        """The document at ``name``, None when the store has none there. Raises StoreUnavailable when the store
-        itself is not there, ArtifactRejected for a document over ``limit`` bytes."""
-        self.check_cancelled()
-        path = f"{self.root}/{_document(name)}"
-        try:
-            size = _size(self.fs, path)
-        except FileNotFoundError:
-            if not self._store_exists():
-                raise StoreUnavailable(f"there is no store at {describe_url(self.store.url)}") from None
-            return None
-        if size is not None and size > limit:
-            raise ArtifactRejected(f"{name} is {size} bytes, more than it can be ({limit})")
-        try:
-            raw = bytes(self.fs.cat_file(path, start=0, end=limit + 1))
-        except FileNotFoundError:
-            return None
-        if len(raw) > limit:
-            raise ArtifactRejected(f"{name} is more than {limit} bytes")
-        return raw
-
-    def download_blob(self, sha256: str, size: int, destination: Path, label: str) -> Path:
-        """The blob ``sha256`` in a new private file in ``destination`` (a directory), verified (``copy_blob``);
-        the caller moves it into place. Raises ArtifactRejected, leaving nothing behind."""
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{label[:60]}.", suffix=".fetch", dir=destination)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                self.copy_blob(sha256, size, out, label)
-            return tmp
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-
-    def copy_blob(self, sha256: str, size: int, out: BinaryIO, label: str) -> None:
-        """Write the blob ``sha256`` to ``out``, verified to be exactly ``size`` bytes with that digest.
-        Raises ArtifactRejected for a blob that is missing, larger, shorter or other bytes (what was written
-        to ``out`` is then the caller's to throw away)."""
-        self.check_cancelled()
-        digest = hashlib.sha256()
-        received = 0
-        try:
-            # A local store is read as a plain stream: fsspec's local opener seeks to learn the size, which a
-            # blob on a pipe or a slow network mount need not allow.
-            path = self.blob_path(sha256)
-            source = open(path, "rb") if self.local else self.fs.open(path, "rb")  # noqa: SIM115
-        except FileNotFoundError:
-            raise ArtifactRejected(f"the manifest names {label}, but its blob is not in the store") from None
-        with source:
-            while True:
-                self.check_cancelled()
-                chunk = source.read(_CHUNK)
-                if not chunk:
-                    break
-                received += len(chunk)
-                if received > size:
-                    raise ArtifactRejected(f"{label} is larger in the store than its manifest says")
-                digest.update(chunk)
-                out.write(chunk)
-        if received != size or digest.hexdigest() != sha256:
-            raise ArtifactRejected(
-                f"{label} does not match its manifest (sha256 {digest.hexdigest()[:16]}..., {received} "
-                f"bytes; the manifest says {sha256[:16]}..., {size} bytes)"
-            )
-
-    def _store_exists(self) -> bool:
-        """The place the URL names is there: the directory (a shared filesystem that is not mounted is not),
-        or the bucket of an object store (a prefix exists only once something is published under it)."""
-        base = self.root.rsplit("/", 1)[0]
-        if self.local:
-            return os.path.isdir(base)
-        return _exists(self.fs, base.split("/", 1)[0])
-
-    def _write(self, target: str, write: Callable[[str], object]) -> None:
-        parent = target.rsplit("/", 1)[0]
-        if self.local:
-            # A reader on another host must never see half a file: write beside it, then rename.
-            self.fs.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                write(tmp)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-        else:
-            write(target)
-
-
-def _document(name: str) -> str:
-    """``name`` checked to be a relative path of plain parts (a document never escapes the layout root)."""
-    parts = name.split("/")
-    if not parts or any(not _NAME.match(part) or part in (".", "..") for part in parts):
-        raise ValueError(f"not a document name: {name!r}")
-    return name
-
-
 def _options(url: str, timeout: float) -> dict[str, Any]:
     """Connection bounds for the object stores (their defaults retry for minutes)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
@@ -495,17 +333,3 @@ def _options(url: str, timeout: float) -> dict[str, Any]:
     if scheme in ("gs", "gcs"):
         return {"timeout": bound}
     return {}
-
-
-def _put(fs: Any, local: Path, target: str) -> None:
-    fs.put_file(str(local), target)
-
-
-def _exists(fs: Any, path: str) -> bool:
-    return bool(fs.exists(path))
-
-
-def _size(fs: Any, path: str) -> int | None:
-    info = fs.info(path)
-    size = info.get("size") if isinstance(info, dict) else None
-    return int(size) if isinstance(size, int) else None
