@@ -20,8 +20,8 @@ from jitguard.errors import BackendUnavailable, JitguardError, UsageError
 from jitguard.findings.catalog import make
 from jitguard.findings.classify import classify_exception
 from jitguard.findings.model import Finding
+from jitguard.gdn.backend_statuses import Environment
 from jitguard.gdn.backends import GdnBackend, default_backends
-from jitguard.gdn.environment import Environment
 from jitguard.report.text import render_explain
 
 if TYPE_CHECKING:

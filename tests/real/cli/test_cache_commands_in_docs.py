@@ -53,7 +53,7 @@ FIRST_USE = textwrap.dedent(
     from jitguard.findings.classify import classify_exception
     from jitguard.gdn.backends import flashinfer as backend
     from jitguard.gdn.call import GdnCall
-    from jitguard.gdn.environment import Environment
+    from jitguard.gdn.backend_statuses import Environment
 
     q = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
     g = torch.zeros(4, 2)

@@ -16,10 +16,10 @@ from jitguard.decision.gdn import CallSpec
 from jitguard.errors import BackendUnavailable, ConfigError
 from jitguard.findings.model import Finding
 from jitguard.gdn import chunk_gated_delta_rule, explain
+from jitguard.gdn.backend_statuses import Environment
 from jitguard.gdn.backends import torch as torch_backend
 from jitguard.gdn.call import GdnCall
 from jitguard.gdn.dispatch import Dispatcher, backend_status, outlook, reset, resolve
-from jitguard.gdn.environment import Environment
 from jitguard.gdn.shapes import make_inputs
 from jitguard.report.text import render_decision
 

@@ -47,21 +47,21 @@ SPRING_PATH = "vllm/model_executor/layers/mamba/gdn_linear_attn.py"
 def test_a_module_imported_after_register_is_patched_on_import(stand_in: Path) -> None:
     write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
     assert plugin.register(status=lambda: DOOMED)
-    module = importlib.import_module(plugin.CURRENT.module)
+    module = importlib.import_module(plugin.RESOLVER_SITE.module)
     assert module._resolve_gdn_prefill_backend(("auto", "flashinfer")) == ("auto", "triton")
     assert module._resolve_gdn_prefill_backend(("triton", "triton")) == ("triton", "triton")
 
 
 def test_a_module_imported_before_register_is_patched_at_once(stand_in: Path) -> None:
     write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
-    module = importlib.import_module(plugin.CURRENT.module)
+    module = importlib.import_module(plugin.RESOLVER_SITE.module)
     plugin.register(status=lambda: DOOMED)
     assert module._resolve_gdn_prefill_backend(("auto", "flashinfer")) == ("auto", "triton")
 
 
 def test_register_twice_wraps_once_and_unregister_restores(stand_in: Path) -> None:
     write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
-    module = importlib.import_module(plugin.CURRENT.module)
+    module = importlib.import_module(plugin.RESOLVER_SITE.module)
     original = module._resolve_gdn_prefill_backend
     plugin.register(status=lambda: DOOMED)
     plugin.register(status=lambda: DOOMED)
@@ -78,7 +78,7 @@ def test_a_moved_function_is_tolerated_with_one_warning(
     write_vllm(stand_in, {CURRENT_PATH: "def something_else():\n    return 1\n"})
     plugin.register(status=lambda: DOOMED)
     with caplog.at_level(logging.DEBUG, logger="jitguard"):
-        module = importlib.import_module(plugin.CURRENT.module)
+        module = importlib.import_module(plugin.RESOLVER_SITE.module)
     assert module.something_else() == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
@@ -88,14 +88,14 @@ def test_a_moved_function_is_tolerated_with_one_warning(
 def test_an_unexpected_return_shape_is_passed_through(stand_in: Path) -> None:
     write_vllm(stand_in, {CURRENT_PATH: CURRENT_SOURCE})
     plugin.register(status=lambda: DOOMED)
-    module = importlib.import_module(plugin.CURRENT.module)
+    module = importlib.import_module(plugin.RESOLVER_SITE.module)
     assert module._resolve_gdn_prefill_backend("flashinfer") == "flashinfer"
 
 
 def test_spring_layout_switches_the_forward_method(stand_in: Path) -> None:
     write_vllm(stand_in, {SPRING_PATH: SPRING_SOURCE})
     plugin.register(status=lambda: DOOMED)
-    module = importlib.import_module(plugin.SPRING_2026.module)
+    module = importlib.import_module(plugin.LAYER_INIT_SITE.module)
     assert module.ChunkGatedDeltaRule()._forward_method() == "triton"
     module.REQUESTED = "flashinfer"
     with pytest.raises(ChoiceUnavailable):
@@ -105,7 +105,7 @@ def test_spring_layout_switches_the_forward_method(stand_in: Path) -> None:
 def test_spring_layout_without_a_triton_path_is_left_alone(stand_in: Path) -> None:
     write_vllm(stand_in, {SPRING_PATH: SPRING_SOURCE.replace("def forward_native", "def forward_other")})
     plugin.register(status=lambda: DOOMED)
-    module = importlib.import_module(plugin.SPRING_2026.module)
+    module = importlib.import_module(plugin.LAYER_INIT_SITE.module)
     assert module.ChunkGatedDeltaRule()._forward_method() == "flashinfer"
 
 
@@ -155,7 +155,7 @@ def test_a_flashinfer_choice_tells_the_gdn_router_the_models_instances_before_th
     vllm_config = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=text, dtype="torch.bfloat16"))
     write_vllm(stand_in, {CURRENT_PATH: EXPECTING_SOURCE})
     assert plugin.register(status=lambda: BackendStatus("flashinfer", True, ()))
-    module = importlib.import_module(plugin.CURRENT.module)
+    module = importlib.import_module(plugin.RESOLVER_SITE.module)
     with caplog.at_level(logging.INFO, logger="jitguard"):
         assert module._resolve_gdn_prefill_backend(vllm_config) == ("auto", "flashinfer")
         module._resolve_gdn_prefill_backend(vllm_config)  # every layer asks: planned (and logged) once

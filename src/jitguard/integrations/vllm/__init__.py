@@ -11,7 +11,7 @@ It does three things:
 - **The choices.** Each place where a released vLLM (0.17 - 0.33) picks a FlashInfer JIT path is found by
   name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill
   (``gdn``), the top-k/top-p sampler (``sampler``), the attention backend and its FP8 KV cache
-  (``attention``), fused MoE and FlashInfer's other kernels (``gates``). When vLLM picks FlashInfer there,
+  (``attention``), fused MoE and FlashInfer's other kernels (``predicates``). When vLLM picks FlashInfer there,
   jitguard judges it once per process from this machine's facts, the failure cache and the prebuilt modules
   (``jitguard.decision.engine``): it stands when it can work; otherwise vLLM takes its own non-FlashInfer path
   with one warning, or, when the user named FlashInfer, the engine stops at init with the cause and the fix.
@@ -39,8 +39,8 @@ from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import normalise_request
 from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm import attention, gates, gdn, sampler, warm
-from jitguard.integrations.vllm.gdn import CURRENT, LAYOUTS, MODEL_FILE, SPRING_2026, Layout
+from jitguard.integrations.vllm import attention, gdn, predicates, sampler, warm
+from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
 
 if TYPE_CHECKING:
@@ -48,11 +48,11 @@ if TYPE_CHECKING:
     from jitguard.facts import Facts
 
 __all__ = [
-    "CURRENT",
+    "LAYER_INIT_SITE",
     "LAYOUTS",
     "MODEL_FILE",
+    "RESOLVER_SITE",
     "SITES",
-    "SPRING_2026",
     "Layout",
     "default_status",
     "guard",
@@ -64,7 +64,7 @@ __all__ = [
 
 log = logging.getLogger("jitguard.vllm")
 ENGINE = "vLLM"
-SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *gates.SITES)
+SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *predicates.SITES)
 _BY_MODULE: dict[str, tuple[Site, ...]] = {}
 for _site in SITES:
     _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)

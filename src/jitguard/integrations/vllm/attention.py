@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import ATTENTION, KV_CACHE, Choice
-from jitguard.integrations.vllm.sites import Site, config_value, enum_name, keeps, method_patch
+from jitguard.integrations.vllm.sites import Site, config_value, enum_name, may_keep, method_patch
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
@@ -59,7 +59,7 @@ def _guarded(original: Any, guard: ChoiceGuard) -> Any:
             )
         choice = choice_for(args, kwargs)
         how = named()
-        if keeps(guard, choice, named=how, instead=f"drop {how or '--attention-backend'}"):
+        if may_keep(guard, choice, named=how, instead=f"drop {how or '--attention-backend'}"):
             return reasons
         return [f"jitguard: {choice.title} cannot work here (see `jitguard doctor --engine vllm`)"]
 

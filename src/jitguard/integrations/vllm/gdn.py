@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import GDN_PREFILL, normalise_request
-from jitguard.integrations.vllm.sites import Site, function_patch, keeps, layout_moved
+from jitguard.integrations.vllm.sites import Site, function_patch, layout_moved, may_keep
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
@@ -55,14 +55,14 @@ class Layout:
     releases: str
 
 
-CURRENT = Layout(
+RESOLVER_SITE = Layout(
     "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn", "_resolve_gdn_prefill_backend", "0.22+"
 )
-SPRING_2026 = Layout(
+LAYER_INIT_SITE = Layout(
     "vllm.model_executor.layers.mamba.gdn_linear_attn", "ChunkGatedDeltaRule.__init__", "0.19-0.21"
 )
 MODEL_FILE = Layout("vllm.model_executor.models.qwen3_next", "ChunkGatedDeltaRule.__init__", "0.17-0.18")
-LAYOUTS = (CURRENT, SPRING_2026, MODEL_FILE)
+LAYOUTS = (RESOLVER_SITE, LAYER_INIT_SITE, MODEL_FILE)
 
 
 def choose(guard: ChoiceGuard, requested: str, chosen: str) -> str:
@@ -71,7 +71,7 @@ def choose(guard: ChoiceGuard, requested: str, chosen: str) -> str:
     if chosen != FLASHINFER:
         return chosen
     named = f"{FLAG} {FLASHINFER}" if requested == FLASHINFER else None
-    kept = keeps(guard, GDN_PREFILL, named=named, instead=INSTEAD, asked=f"{FLAG} {requested}")
+    kept = may_keep(guard, GDN_PREFILL, named=named, instead=INSTEAD, asked=f"{FLAG} {requested}")
     return chosen if kept else TRITON
 
 
@@ -99,7 +99,7 @@ def _guarded_resolver(module: ModuleType, original: Any, guard: ChoiceGuard) -> 
     return resolve_gdn_prefill_backend
 
 
-_patch_current, _unpatch_current = function_patch((CURRENT.target,), GDN_PREFILL, _guarded_resolver)
+_patch_current, _unpatch_current = function_patch((RESOLVER_SITE.target,), GDN_PREFILL, _guarded_resolver)
 
 
 def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
@@ -175,8 +175,8 @@ _ANSWER = "Triton/FLA: the resolver's answer, or ChunkGatedDeltaRule._forward_me
 SITES = (
     Site(
         GDN_PREFILL,
-        CURRENT.module,
-        CURRENT.target,
+        RESOLVER_SITE.module,
+        RESOLVER_SITE.target,
         "0.22-0.33",
         _NAMED,
         _ANSWER,
@@ -185,8 +185,8 @@ SITES = (
     ),
     Site(
         GDN_PREFILL,
-        SPRING_2026.module,
-        SPRING_2026.target,
+        LAYER_INIT_SITE.module,
+        LAYER_INIT_SITE.target,
         "0.19-0.21",
         _NAMED,
         _ANSWER,

@@ -92,12 +92,12 @@ def _vllm_version(facts: Facts) -> str | None:
 
 def _named_now(key: str) -> str | None:
     """Named by this environment's variables; vLLM's flags live on its command line, out of sight here."""
-    from jitguard.integrations.vllm import attention, gates, sampler
+    from jitguard.integrations.vllm import attention, predicates, sampler
 
     if key == "sampler":
         return sampler.named()
     if key in ("attention", "kv-cache"):
         return attention.env_named()
     if key == "moe":
-        return gates.moe_env_named()
+        return predicates.moe_env_named()
     return None

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import SAMPLER
 from jitguard.errors import BuildFailed
-from jitguard.integrations.vllm.sites import Site, env_flag, function_patch, keeps, method_patch
+from jitguard.integrations.vllm.sites import Site, env_flag, function_patch, may_keep, method_patch
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
@@ -62,7 +62,7 @@ def _guarded_init(original: Any, guard: ChoiceGuard) -> Any:
         chosen = getattr(getattr(self, "forward", None), "__func__", None)
         if chosen is None or chosen is not getattr(type(self), "forward_cuda", None):
             return  # vLLM chose another sampler itself (or jitguard's predicate answered False)
-        if not keeps(guard, SAMPLER, named=named(), instead=INSTEAD):
+        if not may_keep(guard, SAMPLER, named=named(), instead=INSTEAD):
             self.forward = self.forward_native
 
     return __init__
@@ -80,7 +80,7 @@ def _guarded_predicate(module: ModuleType, original: Callable[..., Any], guard: 
         answer = original(*args, **kwargs)
         if answer is not True:
             return answer  # vLLM rules FlashInfer out itself (or raised, its own way)
-        return keeps(guard, SAMPLER, named=named(), instead=INSTEAD)
+        return may_keep(guard, SAMPLER, named=named(), instead=INSTEAD)
 
     return flashinfer_sampler_supported
 

@@ -3,7 +3,7 @@
 A site says which choice it is (``jitguard.decision.engine``), the module and function found by name in
 vLLM's code, the releases that have it, how a user names FlashInfer there, and vLLM's own answer without it.
 ``apply`` patches the module once it is imported (idempotent, through ``boundary.patches``), ``undo``
-restores it. Each site module (``gdn``, ``sampler``, ``attention``, ``gates``) lists its own;
+restores it. Each site module (``gdn``, ``sampler``, ``attention``, ``predicates``) lists its own;
 ``jitguard.integrations.vllm`` joins them. Every site asks the one ``ChoiceGuard`` of the process.
 """
 
@@ -115,7 +115,7 @@ def layout_moved(module: str, target: str, what: str) -> None:
     )
 
 
-def keeps(guard: ChoiceGuard, choice: Choice, *, named: str | None, instead: str, asked: str = "") -> bool:
+def may_keep(guard: ChoiceGuard, choice: Choice, *, named: str | None, instead: str, asked: str = "") -> bool:
     """Whether vLLM may keep FlashInfer for ``choice``; raises ``ChoiceUnavailable`` when the user named it
     (``named``: how) and it cannot work. A fault of jitguard's own keeps vLLM's choice (said once)."""
     route_logs()  # vLLM may have configured its logging only after register() ran

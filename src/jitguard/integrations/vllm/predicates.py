@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import KERNELS, MOE, Choice
-from jitguard.integrations.vllm.sites import Site, config_value, function_patch, keeps
+from jitguard.integrations.vllm.sites import Site, config_value, function_patch, may_keep
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
@@ -70,12 +70,12 @@ def _wrap(
     def predicate(*args: Any, **kwargs: Any) -> Any:
         asked = explicit()
         if asked is not None:
-            keeps(guard, choice, named=asked, instead=f"drop {asked}")
+            may_keep(guard, choice, named=asked, instead=f"drop {asked}")
         answer = original(*args, **kwargs)
         if answer is not True:
             return answer  # vLLM rules FlashInfer out itself
         how = asked or named()
-        return answer if keeps(guard, choice, named=how, instead=f"drop {how}" if how else "") else False
+        return answer if may_keep(guard, choice, named=how, instead=f"drop {how}" if how else "") else False
 
     return predicate
 
