@@ -39,7 +39,7 @@ from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import normalise_request
 from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm import attention, gdn, predicates, sampler, warm
+from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
 
@@ -155,6 +155,7 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
             _guard.set_facts(gdn=status)
         if _hook is None:
             route_logs()
+            shielded("checking vLLM's release", "nothing said about it", coverage.say_once, lambda: None)
             _hook = _SiteImportHook()
             _hook.install()
             for name in _BY_MODULE:
@@ -182,6 +183,7 @@ def unregister() -> None:
         process_facts.replace()
         _guard.set_facts()
         warm.undo()
+        coverage.forget()
 
 
 def is_registered() -> bool:

@@ -182,6 +182,7 @@ SITES = (
         _ANSWER,
         _patch_current,
         _unpatch_current,
+        layout=True,
     ),
     Site(
         GDN_PREFILL,
@@ -192,6 +193,7 @@ SITES = (
         _ANSWER,
         _patch_op_init,
         _unpatch_op_init,
+        layout=True,
     ),
     Site(
         GDN_PREFILL,
@@ -202,5 +204,6 @@ SITES = (
         _ANSWER,
         _patch_op_init,
         _unpatch_op_init,
+        layout=True,
     ),
 )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
+from jitguard.decision.engine_release import covers
 from jitguard.integrations.choices import status_of
 from jitguard.integrations.vllm.sites import Site
 
@@ -63,24 +64,6 @@ def preview(facts: Facts) -> Preview:
         )
         rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
     return Preview(version, tuple(rows))
-
-
-def covers(releases: str, version: str) -> bool:
-    """Whether ``version`` (e.g. '0.24.0') lies in ``releases`` ('0.22-0.33', '0.17-0.18')."""
-    low, _, high = releases.partition("-")
-    minor = _minor(version)
-    try:
-        return minor is not None and _minor(low) <= minor <= _minor(high or low)  # type: ignore[operator]
-    except TypeError:
-        return False
-
-
-def _minor(version: str) -> int | None:
-    parts = version.strip().split(".")
-    try:
-        return int(parts[1]) if len(parts) > 1 and parts[0] == "0" else None
-    except ValueError:
-        return None
 
 
 def _vllm_version(facts: Facts) -> str | None:

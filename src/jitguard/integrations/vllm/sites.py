@@ -37,6 +37,7 @@ class Site:
     answer: str  # vLLM's own path when jitguard says FlashInfer cannot work
     apply: Callable[[ModuleType, ChoiceGuard], bool] = field(compare=False, repr=False)
     undo: Callable[[ModuleType], None] = field(compare=False, repr=False)
+    layout: bool = False  # one of its choice's alternative layouts (found when any of them is)
 
     def to_json(self) -> dict[str, Any]:
         return {
