@@ -185,6 +185,15 @@ def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
     out.print()
     label = f"vLLM {version}" if version else "vLLM (not installed here; its newest layout)"
     out.print(f"[bold]{escape(label)}: its FlashInfer choices here[/]")
+    if engine.get("drift"):
+        out.print(f"  [yellow]{escape(engine['drift'])}[/]")
+    coverage = engine.get("coverage")
+    if coverage:
+        unguarded = [c for c in coverage["choices"] if not c["found"]]
+        out.print(f"  {escape(coverage['summary'])}" + ("" if unguarded else " (all guarded)"))
+        for choice in unguarded:
+            where = "; ".join(f"{s['module']}.{s['target']}: {s['state']}" for s in choice["missing"])
+            out.print(f"  [yellow]not guarded: {escape(choice['title'])}[/] ({escape(where)})")
     for row in engine.get("choices") or ():
         blocking = [f["code"] for f in row.get("findings", ()) if f.get("severity") == "error"]
         title, default = escape(row["title"]), escape(row["default"])

@@ -139,9 +139,7 @@ def choice_coverage(
     if layouts and not any(c.state == FOUND for c in layouts):
         due = [c for c in layouts if covers(c.releases, judged)]
         missing.extend(due or layouts[:1])
-    missing.extend(
-        c for c in checks if not c.layout and c.state != FOUND and covers(c.releases, judged)
-    )
+    missing.extend(c for c in checks if not c.layout and c.state != FOUND and covers(c.releases, judged))
     return ChoiceCoverage(key, title, tuple(missing))
 
 

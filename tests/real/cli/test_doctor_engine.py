@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -129,3 +130,19 @@ def test_doctor_engine_sglang_lists_each_phase_with_its_verdict_in_text_and_json
     broken = copy.deepcopy(data)
     broken["engine"]["choices"][0]["when_named"] = "build anyway"
     assert_rejected(broken)
+
+
+REAL_VLLM = Path("/tmp/jitguard-ci/vllm/0.33.0/src")
+
+
+@pytest.mark.skipif(
+    not REAL_VLLM.is_dir(), reason=f"no prepared vLLM 0.33.0 at {REAL_VLLM} (tests/real/vllm)"
+)
+def test_the_installed_vllms_choice_sites_are_counted_in_text_and_json(tmp_path: Path) -> None:
+    env = _env(tmp_path, FLASHINFER_WORKSPACE_BASE=str(tmp_path / "ws"), **ARCH)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REAL_VLLM), env.get("PYTHONPATH", "")) if p)
+    data = json.loads(doctor(env, "--json").stdout)
+    assert_valid(data)
+    assert data["engine"]["version"] == "0.33.0" and data["engine"]["drift"] is None
+    assert data["engine"]["coverage"]["summary"] == "vLLM 0.33.0: 6 of 6 choice sites found"
+    assert "vLLM 0.33.0: 6 of 6 choice sites found (all guarded)" in doctor(env).stdout

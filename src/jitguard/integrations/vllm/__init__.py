@@ -6,7 +6,8 @@ every process it starts (API server, engine core, each worker), before the model
 it more than once. ``register()`` is cheap: it imports neither vLLM nor torch nor FlashInfer, and does nothing
 at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
 
-It does three things:
+It does three things, after saying once per process whether the installed vLLM is a release jitguard knows
+and how many of its choice sites were found (``coverage``, read without importing vLLM):
 
 - **The choices.** Each place where a released vLLM (0.17 - 0.33) picks a FlashInfer JIT path is found by
   name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill

@@ -5,7 +5,8 @@ jitguard can still find, without importing vLLM.
 module on the import path and its function or method in the module's source (``facts.source_names``), and
 folds them per choice (``decision.engine_release``). ``say_once()`` is what ``register()`` logs: one warning
 when the release is outside ``SUPPORTED``, one INFO line of coverage, and one warning naming each choice that
-is not guarded. Both are computed once per process.
+is not guarded (an INFO line for a vLLM without package metadata: a source tree, not a release). Both are
+computed once per process.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def say_once() -> None:
     found = coverage(version)
     log.info("jitguard: %s", found.summary)
     if found.unguarded:
-        log.warning(
+        # A vLLM without metadata is a source tree on the path, not a release: said, not warned about.
+        log.log(
+            logging.WARNING if version else logging.INFO,
             "jitguard: %s: vLLM's own choice stands there, unguarded. Fix: upgrade jitguard "
             "(`pip install -U jitguard`).",
             found.unguarded,

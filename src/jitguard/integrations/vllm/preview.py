@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
-from jitguard.decision.engine_release import covers
+from jitguard.decision.engine_release import Coverage, covers
 from jitguard.integrations.choices import status_of
 from jitguard.integrations.vllm.sites import Site
 
@@ -46,9 +46,17 @@ class Row:
 class Preview:
     version: str | None  # the installed vLLM, or None
     rows: tuple[Row, ...]
+    coverage: Coverage | None = None  # which choice sites the installed vLLM still has (None: not installed)
+    drift: str | None = None  # the warning when the installed vLLM is outside the releases jitguard knows
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": "vllm", "version": self.version, "choices": [r.to_json() for r in self.rows]}
+        return {
+            "name": "vllm",
+            "version": self.version,
+            "choices": [r.to_json() for r in self.rows],
+            "coverage": self.coverage.to_json() if self.coverage else None,
+            "drift": self.drift,
+        }
 
 
 def preview(facts: Facts) -> Preview:
@@ -63,7 +71,11 @@ def preview(facts: Facts) -> Preview:
             (s for s in sites if version and covers(s.releases, version)), sites[0] if sites else None
         )
         rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
-    return Preview(version, tuple(rows))
+    if version is None:
+        return Preview(version, tuple(rows))
+    from jitguard.integrations.vllm import coverage
+
+    return Preview(version, tuple(rows), coverage.coverage(version), coverage.drift_warning(version))
 
 
 def _vllm_version(facts: Facts) -> str | None:
