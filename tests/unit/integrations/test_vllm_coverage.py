@@ -61,7 +61,8 @@ def _write_vllm(root: Path, version: str) -> None:
 
 
 @pytest.fixture
-def fresh() -> Iterator[None]:
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     coverage.forget()
     yield
     coverage.forget()
@@ -111,9 +112,8 @@ def test_gdn_prefill_is_found_through_any_of_its_layouts(site: Path, fresh: None
 
 
 def test_a_release_outside_the_range_gives_one_warning(
-    site: Path, fresh: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    site: Path, fresh: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     _write_vllm(site, "0.34.0")
     with caplog.at_level(logging.INFO, logger="jitguard"):
         assert plugin.register(status=lambda: pytest.fail("not asked"))
@@ -130,9 +130,8 @@ def test_a_release_outside_the_range_gives_one_warning(
 
 
 def test_a_release_in_the_range_gives_no_warning(
-    site: Path, fresh: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    site: Path, fresh: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     _write_vllm(site, "0.33.0")
     with caplog.at_level(logging.INFO, logger="jitguard"):
         assert plugin.register()
@@ -143,9 +142,8 @@ def test_a_release_in_the_range_gives_no_warning(
 
 
 def test_an_unguarded_choice_is_warned_about_at_register(
-    site: Path, fresh: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    site: Path, fresh: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     _write_vllm(site, "0.33.0")
     (site / Path(*ATTENTION_MODULE.split(".")).with_suffix(".py")).unlink()
     with caplog.at_level(logging.INFO, logger="jitguard"):
