@@ -35,7 +35,7 @@ def release_warning(engine: str, version: str | None, supported: SpecifierSet, k
     side = "older" if lowest is not None and parsed < lowest else "newer"
     return (
         f"jitguard: {engine} {version} is {side} than the releases jitguard knows ({known}): its choice sites "
-        "were checked by name; upgrade jitguard (`pip install -U jitguard`) for a release it knows"
+        "were checked by name; upgrade jitguard (`pip install -U .` from a newer checkout) for a release it knows"
         + (", or use a known release of " + engine if side == "older" else "")
         + "."
     )

@@ -121,7 +121,7 @@ def test_a_release_outside_the_range_gives_one_warning(
     drift = [r.getMessage() for r in caplog.records if "newer than the releases" in r.getMessage()]
     assert drift == [
         "jitguard: vLLM 0.34.0 is newer than the releases jitguard knows (0.17-0.33): its choice sites were "
-        "checked by name; upgrade jitguard (`pip install -U jitguard`) for a release it knows."
+        "checked by name; upgrade jitguard (`pip install -U .` from a newer checkout) for a release it knows."
     ]
     assert [r.getMessage() for r in caplog.records if "choice sites found" in r.getMessage()] == [
         "jitguard: vLLM 0.34.0: 6 of 6 choice sites found"

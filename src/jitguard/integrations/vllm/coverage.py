@@ -85,7 +85,7 @@ def say_once() -> None:
         log.log(
             logging.WARNING if version else logging.INFO,
             "jitguard: %s: vLLM's own choice stands there, unguarded. Fix: upgrade jitguard "
-            "(`pip install -U jitguard`).",
+            "(`pip install -U .` from a newer checkout).",
             found.unguarded,
         )
 
