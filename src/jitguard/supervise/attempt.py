@@ -107,7 +107,7 @@ def run_attempt(
     argv = [b.ninja, "-C", str(b.build_dir), "-f", str(wrapped.resolve()), "-j", str(jobs)]
     note(b.log, f"attempt {attempt_no}: {' '.join(argv)}")
     attempt = Attempt(jobs=jobs)
-    progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no)
+    progress = BuildProgress(module=b.module, jobs=jobs, attempt=attempt_no, learned=b.learned)
     tree = process_tree.ProcessTree.start(
         argv, env=build_env(b, jobs, attempt_no), keep_fds=b.keep_fds, grace=b.options.kill_grace
     )

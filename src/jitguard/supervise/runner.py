@@ -16,7 +16,9 @@ jitguard, and what ``jitguard build ninja`` runs:
 5. watch it (``supervise.attempt``): overall timeout; stall watchdog (no output and no CPU for
    ``stall_timeout``, unless the build only waits for slots that other builds hold: it names them); memory;
 6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
-7. on success record the per-job peak memory for the next plan; on failure raise ``BuildFailed`` with the
+7. on success record the per-job peak memory for the next plan, and the wall time, steps and jobs
+   (``supervise.build_time``: the next build says how long it will take, how long is left, and warns when
+   that outlasts the engine's wait for it); on failure raise ``BuildFailed`` with the
    classified findings and the log path. Whatever happens, no process of the build outlives the call.
 """
 
@@ -37,13 +39,13 @@ from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, f
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.findings.model import Finding
 from jitguard.fleet import compiler_cache
-from jitguard.supervise import manifest, ninja_log, slots
+from jitguard.supervise import build_time, manifest, ninja_log, slots
 from jitguard.supervise.attempt import Attempt as _Attempt
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
 from jitguard.supervise.module_lock import ModuleLock
 from jitguard.supervise.oom import OomCounters
-from jitguard.supervise.progress import BuildProgress, Reporter, make_reporter
+from jitguard.supervise.progress import BuildProgress, Reporter, make_reporter, steps_total
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -175,6 +177,11 @@ class _Build:
     started: float
     keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
     compiler_cache: compiler_cache.Session | None = None  # the build's sccache, when it uses one
+    foreseen: build_time.Foreseen | None = None  # what the last build of the module here says of this one
+
+    @property
+    def learned(self) -> build_time.BuildDuration | None:
+        return self.foreseen.learned if self.foreseen else None
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
@@ -252,6 +259,12 @@ def run_ninja(
                 )
             plan = _plan(options, module, cache_dir)
             _note(log, f"plan: {plan.reason}")
+            foreseen = build_time.foresee(cache_dir, module, plan.jobs)
+            if foreseen.estimate_s is not None:
+                _note(log, f"expected to take about {foreseen.estimate_s:.0f} s (the last build here)")
+            if foreseen.warning:
+                _note(log, f"warning: {foreseen.warning}")
+                LOG.warning("jitguard: %s", foreseen.warning)
             slots_dir = Path(options.slots_dir) if options.slots_dir else slots.host_slots_dir(cache_dir)
             reporter = make_reporter(options.progress, interval=options.progress_interval)
             cache = _compiler_cache(options, log)
@@ -272,6 +285,7 @@ def run_ninja(
                         started=time.monotonic(),
                         keep_fds=(lock.fileno(),),
                         compiler_cache=cache,
+                        foreseen=foreseen,
                     )
                 )
             finally:
@@ -310,6 +324,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
     counters = OomCounters()
     counters.watch("self")
     attempt_no = 0
+    steps = 0
     b.reporter.message(
         f"jitguard: building {b.module} with {jobs} job{'s' if jobs != 1 else ''} ({b.plan.reason})"
     )
@@ -323,6 +338,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             b.compiler_cache.finish_attempt(attempt_no)
         peak_rss = max(peak_rss, attempt.peak_rss)
         peak_job = max(peak_job, attempt.peak_job_rss)
+        steps = max(steps, steps_total(attempt.text))  # a retry's total leaves out what the first finished
         if attempt.ended == "done" and attempt.returncode == 0:
             wall = time.monotonic() - b.started
             if attempt_no == 1 and any("ninja: no work to do" in line for line in attempt.text):
@@ -342,6 +358,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
                 f"{jobs} jobs, peak memory {format_bytes(peak_rss)})"
             )
             _learn(b.cache_dir, b.module, peak_job)
+            build_time.remember(b.cache_dir, b.module, wall_s=wall, steps=steps, jobs=jobs)
             return BuildResult(
                 module=b.module,
                 log_path=b.log_path,
