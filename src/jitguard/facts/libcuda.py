@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import site
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -33,13 +32,13 @@ from pathlib import Path
 
 from jitguard import fileio
 from jitguard.facts import ldcache
+from jitguard.facts.tool_run import OUTPUT_LIMIT, run_tool
 from jitguard.facts.toolchain import ToolchainFacts
 from jitguard.redaction import redact_text
 
 LIBRARIES = ("cudart", "cuda")
 TRIAL_TIMEOUT_S = 30.0
 _CACHE_SCHEMA = 1
-_OUTPUT_LIMIT = 4000
 _PROBE_SOURCE = 'extern "C" int jitguard_link_probe(void) { return 0; }\n'
 # The directories GNU ld searches by default on Linux, plus common ones: a library appearing there changes
 # the answer, so their state is part of the cache key.
@@ -355,7 +354,7 @@ def _trial_links(
         Path(source).write_text(_PROBE_SOURCE)
         compiled = _run([*cxx, "-fPIC", "-c", source, "-o", obj], run_env, tmp)
         if compiled[0] != 0:
-            detail = compiled[1].strip()[-_OUTPUT_LIMIT:]
+            detail = compiled[1].strip()[-OUTPUT_LIMIT:]
             error = f"the host compiler cannot compile a one-line C++ file: {detail}"
             return {
                 lib: _not_run(lib, cxx, extra, cuda_home, library_path, error) for lib in LIBRARIES
@@ -384,24 +383,8 @@ def _verdict(library: str, returncode: int | None, output: str) -> str:
 
 
 def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> tuple[int | None, str]:
-    try:
-        proc = subprocess.run(
-            argv,
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            timeout=TRIAL_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"`{shlex.join(argv)}` did not finish within {TRIAL_TIMEOUT_S:g} s"
-    except OSError as exc:
-        return None, f"`{shlex.join(argv)}` could not run: {exc.strerror or exc}"
-    return proc.returncode, proc.stdout[-_OUTPUT_LIMIT:]
+    done = run_tool(argv, env, cwd, timeout=TRIAL_TIMEOUT_S)
+    return done.returncode, done.output
 
 
 def _not_run(

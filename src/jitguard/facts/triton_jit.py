@@ -35,10 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard.facts.tool_run import ToolRun, run_tool
+
 LDCONFIG = "/sbin/ldconfig"  # Triton runs this path, not the ldconfig on PATH
 LIBCUDA = "libcuda.so.1"
 BUILD_TIMEOUT_S = 20.0
-_OUTPUT_LIMIT = 4000
 _STUB = (
     "#define PY_SSIZE_T_CLEAN\n"
     "#include <Python.h>\n"
@@ -303,8 +304,9 @@ def build_stub(
         Path(source).write_text(_STUB)
         argv = [cc.command, source, *flags, "-o", out, *libs, *(f"-L{d}" for d in library_dirs)]
         argv += [f"-I{tmp}", f"-I{include}"]
-        returncode, output = _run(argv, {**env, "LC_ALL": "C"}, tmp)
-    verdict = StubBuild(_status(returncode, output), shown, returncode, output.replace(tmp, "<tmp>"))
+        done = run_tool(argv, {**env, "LC_ALL": "C"}, tmp, timeout=BUILD_TIMEOUT_S)
+    returncode, output = done.returncode, done.output
+    verdict = StubBuild(_status(done), shown, returncode, output.replace(tmp, "<tmp>"))
     if returncode is not None or verdict.status == "cc-missing":  # a timeout is this moment's, not the host's
         with _verdicts_lock:
             _verdicts[key] = verdict
@@ -317,10 +319,11 @@ def forget() -> None:
         _verdicts.clear()
 
 
-def _status(returncode: int | None, output: str) -> str:
+def _status(done: ToolRun) -> str:
+    returncode, output = done.returncode, done.output
     if returncode == 0:
         return "ok"
-    if returncode is None and output.startswith("could not start"):
+    if not done.started:
         return "cc-missing"
     if "Python.h" in output and "No such file" in output:
         return "headers-missing"
@@ -350,22 +353,3 @@ def _key(
         "env": [env.get(k) for k in ("PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "LD_LIBRARY_PATH")],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> tuple[int | None, str]:
-    try:
-        proc = subprocess.run(
-            argv,
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"`{argv[0]}` did not finish within {BUILD_TIMEOUT_S:g} s"
-    except OSError as exc:
-        return None, f"could not start `{argv[0]}`: {exc.strerror or exc}"
-    return proc.returncode, proc.stdout.decode(errors="replace")[-_OUTPUT_LIMIT:]
