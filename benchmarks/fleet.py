@@ -2,7 +2,7 @@
 through sccache and through the artifact store, against the first host's cold build.
 
 Every build is one fresh process (a "host": its own FlashInfer workspace and jitguard cache dir) running
-jitguard's guarded FlashInfer build (``supervise.flashinfer_build.build_spec``, what the engine hook runs),
+jitguard's guarded FlashInfer build (``flashinfer_jit.flashinfer_build.build_spec``, what the engine hook runs),
 so nothing is warm in memory. Scenarios:
 
     cold            empty workspace, no compiler cache, no store: the baseline
@@ -86,7 +86,7 @@ def _spec(module: str, sources: int | None) -> Any:
 
 def host(module: str, sources: int | None, publish: str | None) -> dict[str, Any]:
     """Build (or fetch) the module in this process's workspace; what happened, timed."""
-    from jitguard.supervise.flashinfer_build import build_spec
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
     spec = _spec(module, sources)
     started, cpu = time.monotonic(), _cpu()

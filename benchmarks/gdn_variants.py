@@ -277,7 +277,7 @@ def guard() -> dict[str, Any]:
     jitguard.install()
     import flashinfer.gdn_prefill  # noqa: F401  (routes the module getter)
 
-    from jitguard.supervise import gdn_router
+    from jitguard.flashinfer_jit import gdn_router
 
     routed = gdn_router.router()
     assert routed is not None, "flashinfer.gdn_prefill was not routed"
@@ -322,7 +322,7 @@ def guard() -> dict[str, Any]:
 
 
 def _router_modules() -> dict[str, list[str]]:
-    from jitguard.supervise import gdn_router
+    from jitguard.flashinfer_jit import gdn_router
 
     routed = gdn_router.router()
     if routed is None:

@@ -236,7 +236,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream
 import jitguard
 assert jitguard.install(), "jitguard's FlashInfer hook did not install"
 from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
-from jitguard.supervise.flashinfer_build import build_spec
+from jitguard.flashinfer_jit.flashinfer_build import build_spec
 spec = gen_gdn_prefill_sm90_module()
 built = build_spec(spec, load=None)  # the hook's engine; loading needs no GPU work to measure the build
 print(json.dumps({"rank": int(sys.argv[1]), "status": built.status, "waited_s": round(built.waited_s, 1),
@@ -246,8 +246,8 @@ print(json.dumps({"rank": int(sys.argv[1]), "status": built.status, "waited_s": 
 
 def run_ranks(build_dir: Path, manifest: Path, ranks: int, time_box: float, cache: Path) -> dict[str, Any]:
     try:
-        import jitguard.integrations.flashinfer
-        import jitguard.supervise.flashinfer_build  # noqa: F401
+        import jitguard.flashinfer_jit.flashinfer_build
+        import jitguard.integrations.flashinfer  # noqa: F401
     except ImportError as exc:
         return {"status": f"skipped: jitguard's FlashInfer hook is not available ({exc})"}
     if manifest.name != "build.ninja":

@@ -94,7 +94,7 @@ def test_jobs_for_the_flashinfer_prebuild_are_parsed_the_same_way(
 def test_a_malformed_max_jobs_reaching_the_flashinfer_hook_is_a_usage_error(
     tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
+    from jitguard.flashinfer_jit.flashinfer_build import run_ninja_for_flashinfer
 
     project = write_shared_project(tmp_path / "p", delay=0.0)
     monkeypatch.setenv("MAX_JOBS", "²")

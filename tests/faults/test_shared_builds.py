@@ -162,7 +162,7 @@ def test_the_flashinfer_run_ninja_hook_shares_the_build_of_a_directory(
 ) -> None:
     # FlashInfer's own build path (AOT build_jit_specs, JitSpec.build) calls run_ninja without FlashInfer's
     # lock: it must still wait for a build of the same directory, then find nothing to do.
-    from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
+    from jitguard.flashinfer_jit.flashinfer_build import run_ninja_for_flashinfer
 
     project = write_shared_project(tmp_path / "p")
     outcome: list[BuildResult | BaseException] = []

@@ -99,8 +99,8 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     jitguard.install()
     from flashinfer.jit import core, gdn
 
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
     from jitguard.state.failure_cache import FailureCache
-    from jitguard.supervise.flashinfer_build import build_spec, check_before_build, facts_for
 
     cache = FailureCache(Path(os.environ["JITGUARD_CACHE_DIR"]))
     facts = facts_for(dict(os.environ))
@@ -152,7 +152,7 @@ def fault_in_hook(tiny_source: str) -> dict[str, Any]:
     import logging
 
     import jitguard
-    from jitguard.supervise import flashinfer_build
+    from jitguard.flashinfer_jit import flashinfer_build
 
     records: list[str] = []
 

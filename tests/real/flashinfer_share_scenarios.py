@@ -28,7 +28,7 @@ def load_module(source: str) -> dict[str, Any]:
     jitguard.install()
     from flashinfer.jit import core
 
-    from jitguard.supervise.flashinfer_build import build_spec
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
     spec = core.gen_jit_spec("jitguard_share_tiny", [Path(source)])
     loaded = spec.build_and_load()

@@ -68,8 +68,8 @@ def build() -> dict[str, Any]:
     from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
 
     from jitguard.decision.gdn_variants import plan_for
+    from jitguard.flashinfer_jit.gdn_variants import MANIFEST, ROUTED, build_variant_module, prepare_spec
     from jitguard.state.failure_cache import FailureCache
-    from jitguard.supervise.gdn_variants import MANIFEST, ROUTED, build_variant_module, prepare_spec
 
     plan = _plan()
     spec = prepare_spec(plan)
@@ -123,8 +123,8 @@ def broken() -> dict[str, Any]:
     jitguard.install()
     from jitguard.decision.gdn_variants import falls_back_to_full
     from jitguard.errors import BuildFailed
+    from jitguard.flashinfer_jit.gdn_variants import build_variant_module, prepare_spec
     from jitguard.state.failure_cache import FailureCache
-    from jitguard.supervise.gdn_variants import build_variant_module, prepare_spec
 
     plan = _plan()
     spec = prepare_spec(plan)
@@ -153,7 +153,7 @@ def prebuilt() -> dict[str, Any]:
     jitguard.install()
     import flashinfer.gdn_prefill as gdn_prefill
 
-    from jitguard.supervise import gdn_router
+    from jitguard.flashinfer_jit import gdn_router
 
     routed = gdn_router.router()
     out: dict[str, Any] = {"routed": gdn_router.is_routed(gdn_prefill), "router": routed is not None}
@@ -177,7 +177,7 @@ def settings() -> dict[str, Any]:
     out: dict[str, Any] = {"install": jitguard.install()}
     import flashinfer.gdn_prefill as gdn_prefill
 
-    from jitguard.supervise import gdn_router
+    from jitguard.flashinfer_jit import gdn_router
 
     out["routed"] = gdn_router.is_routed(gdn_prefill)
     out["cache_clear"] = callable(getattr(gdn_prefill.get_gdn_prefill_module, "cache_clear", None))

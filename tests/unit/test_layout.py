@@ -28,6 +28,7 @@ STAGES = (
     ("state",),
     ("fleet",),
     ("supervise",),
+    ("flashinfer_jit",),
     ("gdn",),
     ("integrations",),
     ("cli", "__main__"),

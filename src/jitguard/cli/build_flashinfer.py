@@ -7,7 +7,7 @@ one (failure cache, pre-flight, module lock, supervised runner, GLIBCXX check) b
 
 With ``--model PATH/config.json`` (or ``--variant NAME``) it builds only the GDN instances that model uses
 (``decision.gdn_variants``: its dtype and head layout; vLLM always passes beta, alpha and an initial state)
-into a module of their own name, which the serving process finds (``supervise.gdn_router``); ``--plan``
+into a module of their own name, which the serving process finds (``flashinfer_jit.gdn_router``); ``--plan``
 prints what would be compiled, in well under a second, on any host (no FlashInfer import, no compile).
 
 A doomed environment fails in about a second, before FlashInfer is even imported: the pre-flight runs on the
@@ -30,7 +30,7 @@ from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 if TYPE_CHECKING:
     from jitguard.cli.flashinfer_variants import Selection
     from jitguard.findings.model import Finding
-    from jitguard.supervise.flashinfer_build import BuiltModule
+    from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
     from jitguard.supervise.runner import BuildOptions
 
 COMMAND = "build.flashinfer-gdn"
@@ -200,8 +200,8 @@ def _build(
     from jitguard.config import Settings
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
     from jitguard.findings.catalog import make
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
-    from jitguard.supervise.flashinfer_build import build_spec, check_before_build, facts_for
 
     facts = facts_for(env)
     fi = facts.flashinfer
@@ -244,7 +244,7 @@ def _build(
         {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
     )
     if plan is not None:
-        from jitguard.supervise.gdn_variants import build_variant_module
+        from jitguard.flashinfer_jit.gdn_variants import build_variant_module
 
         return build_variant_module(plan, load=False, options=options, env=env), None
     spec = _gdn_spec(module)

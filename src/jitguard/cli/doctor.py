@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from jitguard.config import Settings
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
-    from jitguard.supervise.probe_module import ProbeResult
+    from jitguard.flashinfer_jit.probe_module import ProbeResult
 
 BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
 ENGINE_CHOICES = ("vllm", "sglang")
@@ -120,7 +120,7 @@ def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
 
 
 def _compile_probe(facts: Facts, settings: Settings) -> ProbeResult:
-    from jitguard.supervise.probe_module import run_probe
+    from jitguard.flashinfer_jit.probe_module import run_probe
     from jitguard.supervise.runner import BuildOptions
 
     options = BuildOptions.from_settings(settings, backend="flashinfer", progress="none", timeout=600.0)

@@ -9,10 +9,10 @@ once when it already is:
 - ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
-  ``supervise.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
+  ``flashinfer_jit.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
   FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module);
 - ``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile`` (>= 0.6.14), as that module is
-  imported -> ``supervise.cutedsl_cache``: each CuTeDSL GDN kernel is compiled once per host and loaded from
+  imported -> ``flashinfer_jit.cutedsl_cache``: each CuTeDSL GDN kernel is compiled once per host and loaded from
   jitguard's kernel cache by every later process (``JITGUARD_CUTEDSL_CACHE=0`` keeps FlashInfer's per-process
   compile).
 
@@ -86,12 +86,12 @@ def uninstall() -> None:
         _patched.clear()
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
-            from jitguard.supervise.gdn_router import unroute
+            from jitguard.flashinfer_jit.gdn_router import unroute
 
             unroute(gdn)
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
-            from jitguard.supervise import cutedsl_cache
+            from jitguard.flashinfer_jit import cutedsl_cache
 
             cutedsl_cache.unroute(compile_cache)
 
@@ -161,7 +161,7 @@ def _guarded_build_and_load(original: Any) -> Any:
             # FlashInfer's JIT is disabled (it raises its own MissingJITCacheError, which callers expect).
             if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
                 return _STOCK
-            from jitguard.supervise.flashinfer_build import build_spec
+            from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
             return build_spec(self, load=self.load).loaded
 
@@ -179,7 +179,7 @@ def _guarded_run_ninja(original: Any) -> Any:
         def supervised() -> Any:
             if Settings.from_env().disabled or args or kwargs:
                 return _STOCK
-            from jitguard.supervise.flashinfer_build import run_ninja_for_flashinfer
+            from jitguard.flashinfer_jit.flashinfer_build import run_ninja_for_flashinfer
 
             run_ninja_for_flashinfer(workdir, ninja_file, verbose)
             return None
@@ -214,7 +214,7 @@ def _on_import(module: ModuleType) -> None:
 
 def _route_gdn(module: ModuleType) -> bool:
     def route() -> bool:
-        from jitguard.supervise.gdn_router import route
+        from jitguard.flashinfer_jit.gdn_router import route
 
         return route(module)
 
@@ -225,7 +225,7 @@ def _route_gdn(module: ModuleType) -> bool:
 
 def _route_cutedsl(module: ModuleType) -> bool:
     def route() -> bool:
-        from jitguard.supervise import cutedsl_cache
+        from jitguard.flashinfer_jit import cutedsl_cache
 
         return cutedsl_cache.route(module)
 
@@ -247,7 +247,7 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
         model_gdn_from_config,
         variants_for_model,
     )
-    from jitguard.supervise.gdn_router import expect
+    from jitguard.flashinfer_jit.gdn_router import expect
 
     settings = Settings.from_env()
     family = family_for(_flashinfer_version())

@@ -3,7 +3,7 @@
 FlashInfer's CuTeDSL kernels (GDN prefill from 0.6.14) are compiled in-process on first call and kept in
 process memory only: every process, every rank, every restart compiles them again (seconds each). This store
 keeps the compiled object of each one, keyed by everything that changes the kernel (``KernelKey``: FlashInfer
-and DSL versions, the DSL's own files, the GPU arch, the specialisation); ``supervise.cutedsl_cache`` decides
+and DSL versions, the DSL's own files, the GPU arch, the specialisation); ``flashinfer_jit.cutedsl_cache`` decides
 what to key and how to export and load.
 
 One entry per key under ``<cache_dir>/kernels/``: ``<digest>.json`` (the manifest: the object's file name,

@@ -27,7 +27,7 @@ from pathlib import Path
 from flashinfer.jit import gdn
 from jitguard.facts.build_identity import of_facts
 from jitguard.fleet.artifact_store import ArtifactKey, ArtifactStore
-from jitguard.supervise.flashinfer_build import facts_for
+from jitguard.flashinfer_jit.flashinfer_build import facts_for
 from jitguard.fleet.module_share import spec_variant
 import os
 spec = gdn.gen_gdn_prefill_sm90_module()

@@ -144,7 +144,7 @@ def test_a_flashinfer_choice_tells_the_gdn_router_the_models_instances_before_th
     from types import SimpleNamespace
 
     from jitguard.decision.gdn_variants import family_for
-    from jitguard.supervise import gdn_router
+    from jitguard.flashinfer_jit import gdn_router
 
     family = family_for(plugin_flashinfer_version())
     if family is None:

@@ -10,8 +10,8 @@ import pytest
 
 from jitguard.errors import BuildFailed, CachedBuildFailure
 from jitguard.facts import Facts, collect
+from jitguard.flashinfer_jit.flashinfer_build import check_before_build
 from jitguard.state.failure_cache import FailureCache
-from jitguard.supervise.flashinfer_build import check_before_build
 from jitguard.supervise.runner import BuildOptions, run_ninja
 
 VERDICTS = ("failed", "not started", "not retried")

@@ -5,7 +5,7 @@ Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL s
   at 0.6.3 - 0.6.7, 66 from 0.6.8) unless a prebuilt cache or flashinfer-jit-cache has it; SM90 only.
 - CuTeDSL era, >= 0.6.14: kernels compiled in-process by nvidia-cutlass-dsl on the first call of each
   specialisation (FlashInfer alone: every process, every restart; ``load()`` routes its compile through
-  ``supervise.cutedsl_cache``, so once per host); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
+  ``flashinfer_jit.cutedsl_cache``, so once per host); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
   fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
 
 Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
@@ -99,7 +99,7 @@ def input_findings(spec: CallSpec) -> list[Finding]:
 
 def load() -> None:
     """Import FlashInfer's GDN prefill. nvcc era: route its module getter through jitguard's variant router
-    (``supervise.gdn_router``: a call builds only the instances it needs, ``prepare``), or, with the variants
+    (``flashinfer_jit.gdn_router``: a call builds only the instances it needs, ``prepare``), or, with the variants
     off (``JITGUARD_GDN_VARIANTS=all``), build (or load the cached) full module now, so a build or load
     failure is told apart from a launch failure."""
     global _kernel
@@ -107,7 +107,7 @@ def load() -> None:
         return
     module = importlib.import_module("flashinfer.gdn_prefill")
     if era(installed_version()) == "nvcc":
-        from jitguard.supervise.gdn_router import route
+        from jitguard.flashinfer_jit.gdn_router import route
 
         if not route(module):
             module.get_gdn_prefill_module()
@@ -115,7 +115,7 @@ def load() -> None:
         _check_dsl_kernel()
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
-            from jitguard.supervise import cutedsl_cache
+            from jitguard.flashinfer_jit import cutedsl_cache
 
             cutedsl_cache.route(compile_cache)  # each kernel compiled once per host, not once per process
     _kernel = module.chunk_gated_delta_rule
@@ -125,7 +125,7 @@ def prepare(call: GdnCall) -> None:
     """Before the first launch of a kind of call: build and load the module that serves its instance (nvcc
     era, routed), so that build is a load-stage failure like the full module's. Later calls that need another
     instance (e.g. without an initial state) get it built on demand, just as visibly."""
-    from jitguard.supervise.gdn_router import router
+    from jitguard.flashinfer_jit.gdn_router import router
 
     routed = router()
     variant = _variant(call, routed.family) if routed is not None else None

@@ -17,8 +17,8 @@ import pytest
 from jitguard.decision.gdn_variants import GdnVariant, VariantPlan, family_for, parse_variant, plan_for
 from jitguard.errors import BuildFailed
 from jitguard.findings.model import Finding
-from jitguard.supervise import gdn_router
-from jitguard.supervise.gdn_router import GdnRouter
+from jitguard.flashinfer_jit import gdn_router
+from jitguard.flashinfer_jit.gdn_router import GdnRouter
 
 OLD = family_for("0.6.6")
 NEW = family_for("0.6.12")

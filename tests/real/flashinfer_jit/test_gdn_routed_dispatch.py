@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from jitguard.decision.gdn_variants import Family, VariantPlan, family_for, parse_variant, plan_for
-from jitguard.supervise.gdn_variants import dispatch_source
+from jitguard.flashinfer_jit.gdn_variants import dispatch_source
 
 DATA = Path(__file__).parents[2] / "data" / "flashinfer-0.6.12"
 CUDA_INCLUDE = next(

@@ -44,7 +44,7 @@ from jitguard.decision.gdn_variants import (
 from jitguard.fileio import read_json, write_json
 
 if TYPE_CHECKING:
-    from jitguard.supervise.flashinfer_build import BuiltModule
+    from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
     from jitguard.supervise.runner import BuildOptions
 
 MANIFEST = "jitguard_variants.json"  # beside the partial module's build.ninja: what it holds
@@ -307,7 +307,7 @@ def build_variant_module(
     own lock and failure-cache entry), verify and optionally load the plan's module. Raises ``BuildFailed``
     and its kin like ``build_spec``, and ``VariantSourceError``/``IncompleteModule`` when the partial module
     cannot be made safely."""
-    from jitguard.supervise.flashinfer_build import build_spec
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
     spec = spec if spec is not None else prepare_spec(plan)
     return build_spec(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jitguard.decision.gdn_variants import INSTANCE_SYMBOL, family_for, parse_variant, plan_for
-from jitguard.supervise.gdn_variants import ROUTED, VariantSourceError, dispatch_source
+from jitguard.flashinfer_jit.gdn_variants import ROUTED, VariantSourceError, dispatch_source
 
 DATA = Path(__file__).parents[2] / "data"
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from jitguard.boundary import failsafe
+from jitguard.flashinfer_jit import cutedsl_cache
 from jitguard.state.kernel_cache import KernelCache
-from jitguard.supervise import cutedsl_cache
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -290,7 +290,7 @@ RANK_SCRIPT = textwrap.dedent(
     import sys, time, types
     sys.path.insert(0, sys.argv[1])
     from test_cutedsl_cache import Kernel, Loaded, OPTIONS, flashinfer_like
-    from jitguard.supervise import cutedsl_cache
+    from jitguard.flashinfer_jit import cutedsl_cache
 
     cutedsl_cache.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
     cutedsl_cache.load_object = lambda entry: Loaded(entry.blob)

@@ -324,13 +324,13 @@ def _full_module_exists() -> bool:
 
 
 def _find_built(version: str, variant: GdnVariant) -> VariantPlan | None:
-    from jitguard.supervise.gdn_variants import find_built
+    from jitguard.flashinfer_jit.gdn_variants import find_built
 
     return find_built(_jit_dir(), version, variant)
 
 
 def _build_and_load(plan: VariantPlan) -> Kernel:
-    from jitguard.supervise.gdn_variants import build_variant_module, load_built
+    from jitguard.flashinfer_jit.gdn_variants import build_variant_module, load_built
 
     if os.environ.get("FLASHINFER_DISABLE_JIT"):
         # No compiling allowed: a prebuilt partial module may still be loaded (checked first); else

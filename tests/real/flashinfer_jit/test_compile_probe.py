@@ -12,7 +12,7 @@ import pytest
 
 from jitguard.facts import Facts, collect
 from jitguard.facts.gpu import GpuDevice
-from jitguard.supervise.probe_module import ProbeResult, gencode, run_probe
+from jitguard.flashinfer_jit.probe_module import ProbeResult, gencode, run_probe
 from jitguard.supervise.runner import BuildOptions
 
 PATH = "/usr/local/bin:/usr/bin:/bin"

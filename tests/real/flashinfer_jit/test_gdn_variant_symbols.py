@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jitguard.decision.gdn_variants import family_for, parse_variant, plan_for
-from jitguard.supervise.gdn_variants import IncompleteModule, verify_library
+from jitguard.flashinfer_jit.gdn_variants import IncompleteModule, verify_library
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
