@@ -35,7 +35,7 @@ ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
     "sglang": ("sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard"),
 }
 MARKER_SCHEMA = "jitguard.warm-restored/1"
-_done: set[str] = set()
+_tried: dict[str, Outcome] = {}  # per process: store|name|arch -> what the one attempt did
 _lock = threading.Lock()
 
 
@@ -86,28 +86,27 @@ def _marker(settings: Settings, stack: StackKey, name: str) -> Path:
 
 def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None = None) -> Outcome:
     """Restore this stack's snapshot on this host unless a process here did already (see the module
-    docstring). Never raises."""
+    docstring). Tried once per process and store, whatever came of it: an engine registers its plugins
+    more than once, and a store that failed must not cost its timeout (and its warning) again. Never raises."""
     if settings.disabled or settings.warm == "off":
         return Outcome("skipped", "warm start is off (JITGUARD_WARM=off or JITGUARD_DISABLE=1)")
+    attempt = f"{settings.share_url}|{settings.warm_name}|{arch or settings.warm_arch}"
+    with _lock:
+        earlier = _tried.get(attempt)
+        if earlier is not None:
+            return Outcome(earlier.action, f"tried earlier in this process: {earlier.detail}")
     try:
         stack = _this_stack(settings, arch)
-        if isinstance(stack, Outcome):
-            return stack
-        key = _key_text(stack, settings.warm_name)
-        with _lock:
-            if key in _done:
-                return Outcome("present", "restored earlier in this process")
-        outcome = _restore_locked(settings, stack, engine)
+        outcome = stack if isinstance(stack, Outcome) else _restore_locked(settings, stack, engine)
     except Exception as exc:  # a fault of jitguard's own is still only a cold start
         log.warning(
             "jitguard: warm start skipped: %s: %s; the engine compiles as without jitguard",
             type(exc).__name__,
             exc,
         )
-        return Outcome("failed", f"{type(exc).__name__}: {exc}")
-    if outcome.action in ("restored", "present", "miss"):
-        with _lock:
-            _done.add(key)
+        outcome = Outcome("failed", f"{type(exc).__name__}: {exc}")
+    with _lock:
+        _tried[attempt] = outcome
     return outcome
 
 
