@@ -374,9 +374,8 @@ def _on_host(monkeypatch: pytest.MonkeyPatch, cache: Path, store: Path, *, publi
     cutedsl_cache._warned.clear()
 
 
-def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
-    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def _published_by_host_a(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """Host A compiles one kernel and publishes it to a fresh ``file://`` store: (the store, its compiles)."""
     pytest.importorskip("fsspec")
     store = tmp_path / "store"
     store.mkdir()
@@ -384,6 +383,13 @@ def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
     _on_host(monkeypatch, tmp_path / "host-a", store, publish=True)
     cutedsl_cache.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
+    return store, compiles
+
+
+def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store, compiles = _published_by_host_a(monkeypatch, tmp_path)
     assert len(list((store / "v1" / "blobs").iterdir())) == 1
 
     _on_host(monkeypatch, tmp_path / "host-b", store, publish=False)
@@ -397,13 +403,7 @@ def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
 def test_a_tampered_kernel_in_the_store_is_refused_and_compiled_here(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pytest.importorskip("fsspec")
-    store = tmp_path / "store"
-    store.mkdir()
-    compiles: list[bytes] = []
-    _on_host(monkeypatch, tmp_path / "host-a", store, publish=True)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
-    module.cached_compile(Kernel(), compile_options=OPTIONS)
+    store, compiles = _published_by_host_a(monkeypatch, tmp_path)
     blob = next((store / "v1" / "blobs").iterdir())
     blob.write_bytes(blob.read_bytes()[:-1] + b"X")
 
