@@ -1,31 +1,41 @@
 #!/usr/bin/env bash
-# Prepare the REAL vLLM code of released versions for tests/real/vllm on a GPU-less machine that reaches PyPI.
+# Prepare the REAL vLLM code of released versions, each with the FlashInfer it pins, for tests/real/vllm on a
+# GPU-less machine that reaches PyPI.
 #
 # For each version, layered on the interpreter that runs the tests ($PYTHON, default python3; a venv's or not):
 #   $ROOT/<version>/src          the wheel's Python sources and .dist-info (the wheel, ~250-340 MB, is downloaded,
 #                                read and deleted; the compiled extensions are left out: they need a CUDA torch)
-#   $ROOT/<version>/deps-<env>   vLLM's pure-Python dependencies that this interpreter does not already have,
-#                                installed with --no-deps --target: torch, jitguard and everything else this
-#                                interpreter has are used as they are, never installed again. <env> is a key for
-#                                the interpreter and its packages, so an identical fresh venv reuses them.
-# Tests run this interpreter with PYTHONPATH=<src>:<deps> (printed on the last line of each version).
+#   $ROOT/<version>/deps-<env>   hard links to what this release needs and this interpreter lacks: vLLM's
+#                                pure-Python dependencies, and the flashinfer-python and nvidia-cutlass-dsl wheels
+#                                the release pins (.ci/install_flashinfer.sh). torch, jitguard and everything
+#                                else this interpreter has are used as they are, never installed again. <env>
+#                                is a key for the interpreter and its packages, so an identical fresh venv reuses
+#                                them.
+# Tests run this interpreter with PYTHONPATH=<src>:<deps>:<the DSL's package dir> (the last line of each version).
+#
+# What releases share is prepared once: every distribution (name==version) is installed once into the pool of
+# .ci/dist_pool.py (next to $ROOT, or $JITGUARD_POOL), and a release's deps are hard links to its entries; the
+# second release installs only what the first did not have. The versions are prepared in parallel (downloads
+# and pip's resolution wait on the network); installing into the pool takes its lock, one preparer at a time.
 #
 # Why not a venv per version: a venv made from inside a venv with --system-site-packages sees the base Python's
 # site-packages, not the outer venv's, so torch and jitguard vanish (or get installed again, 12 GB with the
 # CUDA torch). The --target layer sees exactly what the running interpreter sees.
 #
-# Each version is prepared on its own: one that fails does not stop the others (exit 1 at the end, the pip
-# output in $ROOT/<version>.log). Cached: a version whose 'ready' stamps match is a moment's work.
+# Each version is prepared on its own, under its own lock ($ROOT/<version>.lock: a second process preparing the
+# same version says whom it waits for, then finds it ready): one that fails does not stop the others (exit 1 at
+# the end, the pip output in $ROOT/<version>.log). Cached: a version whose 'ready' stamps match is a moment's work.
 #
-#   JITGUARD_VLLM_VERSIONS   space-separated versions (default: one per GDN layer layout, see docs/vllm.md)
+#   JITGUARD_VLLM_VERSIONS   space-separated versions (default: one per GDN layout and FlashInfer era, docs/vllm.md)
 #   JITGUARD_VLLM_ROOT       where to put them (default /tmp/jitguard-ci/vllm; never inside the repo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. .ci/prepare_lock.sh
 
-VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.33.0"}
-ROOT=${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}
+VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.24.0 0.26.0 0.30.0 0.33.0"}
+ROOT=$(realpath -m "${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}")
 PY=${PYTHON:-python3}
-STAMP=$(cat .ci/install_vllm.sh .ci/vllm_wheel.py | sha256sum | cut -c1-16)
+STAMP=$(cat .ci/install_vllm.sh .ci/vllm_wheel.py .ci/dist_pool.py .ci/install_flashinfer.sh | sha256sum | cut -c1-16)
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 unset PYTHONPATH  # what the interpreter has on its own decides what is missing
 
@@ -35,16 +45,15 @@ if ! "$PY" -c 'import importlib.metadata as m; m.version("torch"); m.version("ji
 fi
 ENV_ID=$("$PY" .ci/vllm_wheel.py env-id)
 TORCH=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))')
-mkdir -p "$ROOT"
+export JITGUARD_POOL=${JITGUARD_POOL:-$(dirname "$ROOT")/pool/$("$PY" .ci/dist_pool.py tag)}
+mkdir -p "$ROOT" "$JITGUARD_POOL"
 
 # One version, in a subshell with `set -e` in force. Progress lines on stdout; pip's output in $log.
 prepare() {
     local version=$1 dir=$ROOT/$1 log=$ROOT/$1.log started=$SECONDS
     local src=$dir/src deps=$dir/deps-$ENV_ID
     say() { echo "vllm $version: [$((SECONDS - started)) s] $*"; }
-    # One preparer per version at a time (parallel test runs share $ROOT); a second one waits, then finds it ready.
-    exec 9>"$ROOT/$version.lock"
-    flock -n 9 || { say "waiting for another preparer (holding $ROOT/$version.lock)"; flock 9; }
+    take_lock "$ROOT/$version.lock" "vllm $version"
     : > "$log"
 
     if [[ ! -f "$src/ready" || "$(cat "$src/ready")" != "$STAMP" ]]; then
@@ -57,14 +66,15 @@ prepare() {
         say "extracting its Python sources ($(du -h "$wheel" | cut -f1) wheel)"
         "$PY" .ci/vllm_wheel.py requirements "$wheel" > "$dir/requirements.txt"
         "$PY" .ci/vllm_wheel.py pin "$wheel" xgrammar > "$dir/xgrammar.txt"
+        "$PY" .ci/vllm_wheel.py pair "$wheel" > "$dir/flashinfer.txt"
         "$PY" .ci/vllm_wheel.py extract "$wheel" "$src" >>"$log"
         rm -rf "$dir/wheel"
         echo "$STAMP" > "$src/ready"
     fi
 
-    if [[ ! -f "$deps/ready" ]]; then
+    if [[ ! -f "$deps/ready" || "$(cat "$deps/ready")" != "$STAMP" ]]; then
         local staging=$deps.partial
-        rm -rf "$staging"
+        rm -rf "$staging" "$deps"
         mkdir -p "$staging"
         say "resolving its dependencies against $PY (torch $TORCH stays)"
         # The interpreter's torch stands in; a dependency that wants another torch must fail here, not fetch one.
@@ -73,13 +83,33 @@ prepare() {
             -r "$dir/requirements.txt" -c "$staging/constraints.txt" >>"$log" 2>&1
         "$PY" .ci/vllm_wheel.py missing "$staging/report.json" > "$staging/missing.txt"
         # vLLM imports xgrammar at module level; its dependencies (torch, triton) are not wanted here.
-        cat "$dir/xgrammar.txt" >> "$staging/missing.txt"
-        say "installing $(wc -l < "$staging/missing.txt") packages it needs and $PY lacks"
-        "$PY" -m pip install --no-deps --target "$staging/site" -r "$staging/missing.txt" >>"$log" 2>&1
+        "$PY" .ci/dist_pool.py pins "$(cat "$dir/xgrammar.txt")" >> "$staging/missing.txt" 2>>"$log"
+        mapfile -t flashinfer < "$dir/flashinfer.txt"
+        say "its FlashInfer: ${flashinfer[*]}"
+        bash .ci/install_flashinfer.sh "vllm $version" "${flashinfer[@]}" 2>>"$log" | tee "$staging/flashinfer.out" \
+            | grep -v '^pair: ' | sed "s/^/vllm $version: [$((SECONDS - started)) s] /" || true
+        local pair
+        pair=$(sed -n 's/^pair: //p' "$staging/flashinfer.out")
+        [[ -n "$pair" ]] || { echo "install_flashinfer.sh failed: ${flashinfer[*]}" >>"$log"; exit 1; }
+
+        mapfile -t absent < <("$PY" .ci/dist_pool.py absent "$JITGUARD_POOL" $(cat "$staging/missing.txt"))
+        if [[ ${#absent[@]} -gt 0 ]]; then
+            (
+                take_lock "$JITGUARD_POOL/.lock" "vllm $version: dependencies"
+                mapfile -t absent < <("$PY" .ci/dist_pool.py absent "$JITGUARD_POOL" $(cat "$staging/missing.txt"))
+                if [[ ${#absent[@]} -gt 0 ]]; then
+                    say "installing ${#absent[@]} of its $(wc -l < "$staging/missing.txt") packages into the shared pool (the others are there)"
+                    "$PY" .ci/dist_pool.py add "$JITGUARD_POOL" "${absent[@]}" >>"$log" 2>&1
+                fi
+            )
+        fi
+        say "linking $(wc -l < "$staging/missing.txt") packages it needs and $PY lacks, and its FlashInfer"
+        # shellcheck disable=SC2086  # one pin a word
+        "$PY" .ci/dist_pool.py link "$JITGUARD_POOL" "$staging/site" $(cat "$staging/missing.txt") $pair >>"$log"
 
         # The proof that this worked: vLLM's GDN layer module imports with this interpreter's torch.
         say "importing its GDN layer"
-        PYTHONPATH="$src:$staging/site" "$PY" - >>"$log" 2>&1 <<'EOF'
+        PYTHONPATH=$(layers "$src" "$staging/site") "$PY" - >>"$log" 2>&1 <<'EOF'
 import importlib, sys
 for name in ("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",  # 0.22+
              "vllm.model_executor.layers.mamba.gdn_linear_attn",  # 0.19-0.21
@@ -101,24 +131,38 @@ EOF
         mv "$staging"/*.txt "$staging/report.json" "$deps/"
         rm -rf "$staging"
         echo "$STAMP" > "$deps/ready"
-        say "prepared in $((SECONDS - started)) s ($(du -sh "$src" | cut -f1) sources, $(du -sh "$deps" | cut -f1) dependencies)"
+        say "prepared in $((SECONDS - started)) s ($(du -sh "$src" | cut -f1) sources, $(du -sh "$deps" | cut -f1) dependencies, hard links into the pool)"
     fi
     touch "$deps"  # most recently used first; the dependencies of other environments beyond the last 3 go
     ls -dt "$dir"/deps-*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
-    say "ready: PYTHONPATH=$src:$deps"
+    say "ready: PYTHONPATH=$(layers "$src" "$deps")"
 }
 
-failed=()
+# PYTHONPATH for the sources and a deps directory: the DSL's own packages ('cutlass') live one level down,
+# where its .pth file would put them in a site directory (PYTHONPATH entries do not read .pth files):
+# nvidia_cutlass_dsl/dsl_packages (4.6+) or nvidia_cutlass_dsl/python_packages (4.4, 4.5).
+layers() {
+    local src=$1 deps=$2 path=$1:$2 sub
+    for sub in dsl_packages python_packages; do
+        [[ -d "$deps/nvidia_cutlass_dsl/$sub" ]] && path+=":$deps/nvidia_cutlass_dsl/$sub"
+    done
+    echo "$path"
+}
+
+pids=()
 for version in $VERSIONS; do
-    set +e
-    (set -e; prepare "$version")
-    status=$?
-    set -e
-    if [[ $status -ne 0 ]]; then
-        echo "vllm $version: FAILED (exit $status); the last lines of $ROOT/$version.log:" >&2
+    (set -e; prepare "$version") &
+    pids+=($!)
+done
+failed=()
+i=0
+for version in $VERSIONS; do
+    if ! wait "${pids[$i]}"; then
+        echo "vllm $version: FAILED; the last lines of $ROOT/$version.log:" >&2
         tail -n 15 "$ROOT/$version.log" | sed 's/^/    /' >&2
         failed+=("$version")
     fi
+    i=$((i + 1))
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "install_vllm.sh: not prepared: ${failed[*]}" >&2

@@ -3,8 +3,8 @@
 requirements WHEEL      the packages SGLang's plugin loader, its server arguments and its linear-attention
                         modules import at module level (not the whole dependency list: that is ~2 GB of
                         serving, multimodal and GPU kernel packages none of these modules import), each
-                        with the version the wheel pins, plus the FlashInfer the wheel pins (installed
-                        without its dependencies: jitguard's facts read its version; nothing imports it)
+                        with the version the wheel pins (the FlashInfer it pins comes from
+                        ``vllm_wheel.py pair``, through the pool of .ci/install_flashinfer.sh)
 extract WHEEL DEST      SGLang's sources and its .dist-info into DEST: everything but the compiled
                         extensions (built for a CUDA torch; the modules tested do not load them). Data
                         files come along: ``sglang.jit_kernel`` looks for its ``include``/``csrc`` at import.
@@ -16,7 +16,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from vllm_wheel import _declared, pin  # same directory; the wheel metadata is read the same way
+from vllm_wheel import pin  # same directory; the wheel metadata is read the same way
 
 # What importing sglang.srt.plugins, sglang.srt.server_args (a real ServerArgs for a Qwen3-Next config) and
 # sglang.srt.layers.attention.linear.* needs beyond torch and jitguard's own environment, found by importing
@@ -49,14 +49,6 @@ def requirements(wheel: str) -> list[str]:
     return [pin(wheel, name) for name in IMPORTED] + list(UNDECLARED)
 
 
-def flashinfer(wheel: str) -> str:
-    """The flashinfer-python requirement the wheel pins, extras dropped (e.g. 'flashinfer-python==0.6.12')."""
-    for req in _declared(wheel):
-        if req.name.lower().replace("_", "-") == "flashinfer-python":
-            return f"flashinfer-python{req.specifier}"
-    return "flashinfer-python"
-
-
 def extract(wheel: str, dest: str) -> int:
     count = 0
     with zipfile.ZipFile(wheel) as z:
@@ -68,7 +60,7 @@ def extract(wheel: str, dest: str) -> int:
     return count
 
 
-COMMANDS = {"requirements": requirements, "flashinfer": flashinfer, "extract": extract}
+COMMANDS = {"requirements": requirements, "extract": extract}
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,11 @@ requirements WHEEL      the wheel's requirements minus what only the GPU build n
                         xgrammar (its Linux wheel drags in a 1 GB triton; the script installs it without
                         dependencies). What is left is what vLLM's Python modules import at module level.
 pin WHEEL NAME          the requirement the wheel declares for NAME, e.g. 'xgrammar==0.2.8'
+pair WHEEL              the FlashInfer the wheel pins: its flashinfer-python requirement (extras dropped:
+                        the tests read FlashInfer's code and version, and [cu13] only adds CUDA wheels)
+                        and, on a second line where it pins one, its nvidia-cutlass-dsl requirement with
+                        its extras (they choose which of the DSL's wheels are installed), e.g.
+                        'flashinfer-python==0.7.2.post1' and 'nvidia-cutlass-dsl[cu13]==4.8.0'
 extract WHEEL DEST      vLLM's Python sources and its .dist-info into DEST (no compiled extensions: they are
                         built for one CUDA torch and cannot load here; vLLM tolerates their absence)
 missing REPORT          from ``pip install --dry-run --report REPORT``: the distributions this interpreter
@@ -25,6 +30,7 @@ import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 GPU_ONLY = re.compile(
     r"^(torch|torchaudio|torchvision|torchcodec|triton|xgrammar|numba|ray|cupy.*|nvidia-.*|flashinfer.*|"
@@ -60,6 +66,19 @@ def pin(wheel: str, name: str) -> str:
     return name
 
 
+def pair(wheel: str) -> list[str]:
+    found = {canonicalize_name(r.name): r for r in _declared(wheel)}
+    flashinfer = found.get("flashinfer-python")
+    if flashinfer is None:
+        raise SystemExit(f"{wheel} pins no flashinfer-python")
+    lines = [f"flashinfer-python{flashinfer.specifier}"]
+    dsl = found.get("nvidia-cutlass-dsl")
+    if dsl is not None:
+        extras = f"[{','.join(sorted(dsl.extras))}]" if dsl.extras else ""
+        lines.append(f"nvidia-cutlass-dsl{extras}{dsl.specifier}")
+    return lines
+
+
 def extract(wheel: str, dest: str) -> int:
     count = 0
     with zipfile.ZipFile(wheel) as z:
@@ -87,6 +106,8 @@ def main(argv: list[str]) -> int:
         print("\n".join(requirements(argv[1])))
     elif len(argv) == 3 and argv[0] == "pin":
         print(pin(argv[1], argv[2]))
+    elif len(argv) == 2 and argv[0] == "pair":
+        print("\n".join(pair(argv[1])))
     elif len(argv) == 3 and argv[0] == "extract":
         print(f"extracted {extract(argv[1], argv[2])} files")
     elif len(argv) == 2 and argv[0] == "missing":

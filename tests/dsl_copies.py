@@ -22,10 +22,11 @@ import pytest
 PREFIX = "nvidia-cutlass-dsl"
 
 
-def installed_dsl() -> list[metadata.Distribution]:
-    """The real DSL's distributions (the first of each name on sys.path); skips the test when there are none."""
+def installed_dsl(path: list[str] | None = None) -> list[metadata.Distribution]:
+    """The real DSL's distributions (the first of each name on ``path``, default sys.path); skips the test when
+    there are none."""
     found: dict[str, metadata.Distribution] = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(**({} if path is None else {"path": path})):
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if name.startswith(PREFIX) and name not in found:
             found[name] = dist
@@ -34,12 +35,13 @@ def installed_dsl() -> list[metadata.Distribution]:
     return list(found.values())
 
 
-def copy_dsl(root: Path, *, copied: Iterable[str] = ()) -> Path:
-    """The copy's site directory; ``copied``: RECORD paths to make real (writable) copies instead of links."""
+def copy_dsl(root: Path, *, copied: Iterable[str] = (), path: list[str] | None = None) -> Path:
+    """The copy's site directory; ``copied``: RECORD paths to make real (writable) copies instead of links;
+    ``path``: where to find the DSL (default sys.path)."""
     real_copies = set(copied)
     site = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     site.mkdir(parents=True)
-    for dist in installed_dsl():
+    for dist in installed_dsl(path):
         origin = Path(str(dist.locate_file("")))
         for file in dist.files or ():
             source = Path(os.path.normpath(origin / file))
@@ -56,9 +58,9 @@ def copy_dsl(root: Path, *, copied: Iterable[str] = ()) -> Path:
     return site
 
 
-def dsl_file(name: str, suffix: str) -> str:
+def dsl_file(name: str, suffix: str, path: list[str] | None = None) -> str:
     """The RECORD path of the installed DSL distribution ``name`` that ends with ``suffix`` (skips when none)."""
-    for dist in installed_dsl():
+    for dist in installed_dsl(path):
         if (dist.metadata["Name"] or "").lower() == name:
             for file in dist.files or ():
                 if str(file).endswith(suffix):

@@ -1,25 +1,33 @@
-"""Real SGLang releases for the plugin tests, prepared by .ci/install_sglang.sh (the same script CI runs; cached,
-so calling it again costs a moment), and the hosts the tests put them on."""
+"""Real SGLang releases for the plugin tests, each with the FlashInfer it pins, prepared by .ci/install_sglang.sh
+(the same script CI runs; cached, so calling it again costs a moment; all releases at once, in parallel, when a
+test first needs one: tests/release_preparation.py), and the hosts the tests put them on."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
+
+from release_preparation import NotPrepared, Preparation, skip_or_fail, terminal
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("sglang_scenario.py")
-# One release per layout and FlashInfer era: 0.5.15 (process-wide choice, FlashInfer 0.6.12: nvcc JIT) and
-# 0.5.23 (per-runner choice, FlashInfer 0.7.2: CuTeDSL).
-VERSIONS = os.environ.get("JITGUARD_SGLANG_VERSIONS", "0.5.15 0.5.23").split()
+# Each layout in each FlashInfer era it met: 0.5.15 (process-wide choice, FlashInfer 0.6.12: nvcc JIT), 0.5.16
+# (process-wide choice, FlashInfer 0.6.14: CuTeDSL) and 0.5.23 (per-runner choice, FlashInfer 0.7.2: CuTeDSL).
+VERSIONS = os.environ.get("JITGUARD_SGLANG_VERSIONS", "0.5.15 0.5.16 0.5.23").split()
+PREPARE_TIMEOUT = 1800  # seconds for every release, in parallel (see tests/real/vllm/conftest.py)
+CUTEDSL_FROM = (
+    "0.6.14"  # FlashInfer's SM90 GDN prefill moved from an nvcc JIT module to CuTeDSL (its PR #3477)
+)
 ROOT = Path(os.environ.get("JITGUARD_SGLANG_ROOT", "/tmp/jitguard-ci/sglang"))
 # What `nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total,uuid` prints on each host.
 GPUS = {
@@ -38,6 +46,20 @@ class SglangRelease:
     @property
     def version_tuple(self) -> tuple[int, ...]:
         return tuple(int(p) for p in self.version.split(".")[:3])
+
+    @property
+    def flashinfer(self) -> str:
+        """The flashinfer-python version this release's venv sees first (the one it pins)."""
+        for site in sorted(self.python.parent.parent.glob("lib/python*/site-packages")):
+            for dist in importlib.metadata.distributions(path=[str(site)]):
+                if (dist.metadata["Name"] or "").lower().replace("_", "-") == "flashinfer-python":
+                    return dist.version
+        raise AssertionError(f"no flashinfer-python in the venv of {self.python}")
+
+    @property
+    def era(self) -> str:
+        """FlashInfer's GDN prefill era on SM90: 'nvcc' (up to 0.6.13) or 'cutedsl' (from 0.6.14)."""
+        return "cutedsl" if Version(self.flashinfer) >= Version(CUTEDSL_FROM) else "nvcc"
 
     def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
         """Run the scenario in this release's environment; (its RESULT, everything it printed)."""
@@ -60,28 +82,30 @@ class SglangRelease:
 
 
 @pytest.fixture(scope="session")
-def prepared_releases() -> dict[str, SglangRelease]:
-    env = {**os.environ, "JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
-    proc = subprocess.run(
-        ["bash", str(REPO / ".ci" / "install_sglang.sh")],
-        env={**env, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        stdin=subprocess.DEVNULL,
-    )
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        message = f".ci/install_sglang.sh could not prepare SGLang {' '.join(VERSIONS)}: {tail[0]}"
-        if os.environ.get("CI"):
-            pytest.fail(message + "\n" + (proc.stdout + proc.stderr)[-3000:])
-        pytest.skip(message)
-    return {v: SglangRelease(v, ROOT / v / "venv" / "bin" / "python", ROOT / v / "src") for v in VERSIONS}
+def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], SglangRelease]]:
+    """``version -> release``: every release of the session prepared by one run of the script, started when a
+    test first needs one; a release that cannot be prepared skips (fails, under CI=true) its own tests."""
+    say = terminal(pytestconfig)
+    started: list[Preparation] = []
+
+    def get(version: str) -> SglangRelease:
+        if not started:
+            env = {"JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
+            started.append(Preparation("sglang", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT))
+        try:
+            directory = Path(started[0].get(version, say))
+        except NotPrepared as exc:
+            skip_or_fail(str(exc))
+        return SglangRelease(version, directory / "venv" / "bin" / "python", directory / "src")
+
+    yield get
+    if started:
+        started[0].stop()
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
-def release(request: pytest.FixtureRequest, prepared_releases: dict[str, SglangRelease]) -> SglangRelease:
-    return prepared_releases[request.param]
+def release(request: pytest.FixtureRequest, releases: Callable[[str], SglangRelease]) -> SglangRelease:
+    return releases(request.param)
 
 
 class Hosts:

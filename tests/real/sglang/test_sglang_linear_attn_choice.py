@@ -1,6 +1,7 @@
-"""The plugin against the REAL code of released SGLang versions, one per layout and FlashInfer era (by default
-0.5.15: process-wide choice, FlashInfer 0.6.12 with the nvcc-built GDN prefill; 0.5.23: per-runner choice,
-FlashInfer 0.7.2, CuTeDSL; others with JITGUARD_SGLANG_VERSIONS).
+"""The plugin against the REAL code of released SGLang versions, each with the FlashInfer it pins, every layout
+in each FlashInfer era it met (by default 0.5.15: process-wide choice, FlashInfer 0.6.12 with the nvcc-built
+GDN prefill; 0.5.16: process-wide choice, FlashInfer 0.6.14, CuTeDSL; 0.5.23: per-runner choice, FlashInfer
+0.7.2, CuTeDSL; others with JITGUARD_SGLANG_VERSIONS). What dooms FlashInfer prefill follows the era.
 
 Each module-scoped fixture is one engine start: SGLang's own ``load_plugins()`` loads jitguard's entry point
 and applies its hooks, then, per run, a real ``ServerArgs`` is built and resolved, pickled as the launcher
@@ -110,8 +111,10 @@ def test_triton_everywhere_is_untouched_and_never_looks(hopper_no_libcuda: Resul
 def test_nvcc_era_prefill_named_without_libcuda_stops_at_start_up(
     hopper_no_libcuda: Result, release: Any
 ) -> None:
-    if per_runner(release):
-        pytest.skip(f"SGLang {release.version} pins a CuTeDSL FlashInfer: its GDN prefill links nothing")
+    if release.era == "cutedsl":
+        pytest.skip(
+            f"SGLang {release.version} pins FlashInfer {release.flashinfer}: its GDN prefill links nothing"
+        )
     result, output = hopper_no_libcuda
     assert result["status"]["blocking"] == ["link-missing-libcuda"]
     for run, named in zip(
@@ -127,12 +130,15 @@ def test_nvcc_era_prefill_named_without_libcuda_stops_at_start_up(
 
 
 def test_cutedsl_era_prefill_needs_no_libcuda(hopper_no_libcuda: Result, release: Any) -> None:
-    if not per_runner(release):
-        pytest.skip(f"SGLang {release.version} pins an nvcc-era FlashInfer: its GDN prefill links -lcuda")
+    if release.era == "nvcc":
+        pytest.skip(
+            f"SGLang {release.version} pins FlashInfer {release.flashinfer}: its GDN prefill links -lcuda"
+        )
     result, output = hopper_no_libcuda
     assert result["status"]["usable"], result["status"]
     for run in result["runs"][1:]:
         assert run["error"] is None and run["backends"] == run["stock"]
+    for run in result["runs"][2:] if not per_runner(release) else result["runs"][1:]:  # SGLang's own or named
         assert run["backends"]["prefill"] == "flashinfer"
     assert fallback_warnings(output) == []
 

@@ -18,11 +18,10 @@ Usage: ``python choices_scenario.py SPEC_JSON``; prints vLLM's and jitguard's lo
   with ``moe_backend="flashinfer_cutlass"``).
 
 Stand-ins, only for what a GPU-less machine cannot have: the GPU (vLLM's ``Platform`` with capability 9.0 or
-10.0, 132 SMs, device index 0), vLLM's compiled extensions (``vllm._C``: empty modules, so the real
-``vllm.platforms.cuda`` selection code imports), and, where this release's FlashInfer attention module needs
-a FlashInfer this CPU venv cannot import (0.27+ import 0.7-only names), a ``FlashInferBackend`` on vLLM's
-real ``AttentionBackend`` base class, with FlashInfer's compute-capability rule and
-KV-cache dtypes.
+10.0, 132 SMs, device index 0; torch's device queries answered as an H200's) and vLLM's compiled extensions
+(``vllm._C``: empty modules, so the real ``vllm.platforms.cuda`` selection code imports). vLLM's FlashInfer
+attention backend is its real module, importing the real flashinfer-python (and nvidia-cutlass-dsl) the release
+pins.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import json
 import os
 import sys
 import types
-from typing import Any, ClassVar
+from typing import Any
 
 import scenario  # tests/real/vllm/scenario.py: the GPU stand-in and the facts with a CUDA torch
 
@@ -45,34 +44,6 @@ COMPILED = ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm.cumem_all
 def stand_in_compiled_extensions() -> None:
     for name in COMPILED:
         sys.modules.setdefault(name, types.ModuleType(name))
-
-
-def flashinfer_attention_module() -> str:
-    """Import vLLM's FlashInfer attention backend module (before the plugin: it is then patched at once by
-    ``register()``); where it cannot import here, a stand-in under the same name. Says which."""
-    try:
-        importlib.import_module(ATTENTION_MODULE)
-        return "real"
-    except ImportError:
-        pass
-    from vllm.v1.attention.backend import AttentionBackend
-
-    class FlashInferBackend(AttentionBackend):  # type: ignore[misc]
-        supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-
-        @staticmethod
-        def get_name() -> str:
-            return "FLASHINFER"
-
-        @classmethod
-        def supports_compute_capability(cls, capability: Any) -> bool:
-            return (7, 5) <= (capability.major, capability.minor) <= (12, 1)
-
-    module = types.ModuleType(ATTENTION_MODULE)
-    module.FlashInferBackend = FlashInferBackend  # type: ignore[attr-defined]
-    FlashInferBackend.__module__ = ATTENTION_MODULE
-    sys.modules[ATTENTION_MODULE] = module
-    return "stand-in"
 
 
 def record_failures(modules: list[str], torch_build: str | None) -> None:
@@ -243,14 +214,16 @@ class current_config:
 
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
+    scenario.h200_device_queries()
     import vllm
     from vllm.plugins import load_general_plugins
 
     from jitguard.integrations import vllm as plugin
 
-    result: dict[str, Any] = {"vllm": vllm.__version__}
+    result: dict[str, Any] = {"vllm": vllm.__version__, "flashinfer": scenario.flashinfer_version()}
     stand_in_compiled_extensions()
-    result["attention_module"] = flashinfer_attention_module()
+    # Imported before the plugin, as vLLM's platform code may import it first: patched at once by register().
+    importlib.import_module(ATTENTION_MODULE)
     load_general_plugins()
     result["registered"] = plugin.is_registered()
     if spec.get("torch_build") and result["registered"]:
@@ -276,14 +249,13 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         from jitguard.decision.engine import CHOICES
 
         statuses = {}
-        for choice in CHOICES:
-            if not choice.gdn:
-                status = plugin.choices().status(choice)
-                statuses[choice.key] = {
-                    "usable": status.usable,
-                    "blocking": [f.code for f in status.blocking],
-                    "codes": [f.code for f in status.findings],
-                }
+        for choice in CHOICES:  # GDN prefill's too: the era contrast (the others are nvcc JIT in every era)
+            status = plugin.choices().status(choice)
+            statuses[choice.key] = {
+                "usable": status.usable,
+                "blocking": [f.code for f in status.blocking],
+                "codes": [f.code for f in status.findings],
+            }
         result["statuses"] = statuses
     return result
 

@@ -1,55 +1,100 @@
-"""Real vLLM releases for the plugin tests, prepared by .ci/install_vllm.sh (the same script CI runs; cached,
-so calling it again costs a moment), and the machine situations the tests put them in.
+"""Real vLLM releases for the plugin tests, each with the FlashInfer it pins, prepared by .ci/install_vllm.sh (the
+same script CI runs; cached, so calling it again costs a moment), and the machine situations the tests put
+them in.
 
-Each release is prepared on first use, on its own: its progress lines show in the terminal while it prepares
-(minutes the first time), and one that cannot be prepared skips (fails, under CI=true) only its own tests,
-with one line saying why; the full pip output stays in ``<root>/<version>.log``."""
+The first test that needs a release starts the preparation of all of them (in parallel, minutes the first
+time; tests/release_preparation.py): the progress lines show in the terminal while a test waits, and a release
+that cannot be prepared skips (fails, under CI=true) only its own tests, with one line saying why; the full
+pip output stays in ``<root>/<version>.log``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
+
+from dsl_copies import copy_dsl, dsl_file
+from release_preparation import NotPrepared, Preparation, skip_or_fail, terminal
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
-# 0.21.0 is the last spring-2026 GDN layout, 0.24.0 the release the H200 host runs (its sampler decides in
-# flashinfer_sampler_supported(), from 0.23), 0.33.0 the newest.
-VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.24.0 0.33.0").split()
+# Each with the FlashInfer it pins. 0.21.0: the last spring-2026 GDN layout (FlashInfer 0.6.8.post1, nvcc-built
+# GDN prefill); 0.24.0: the release the H200 host runs, its sampler decides in flashinfer_sampler_supported()
+# (0.6.12, nvcc); 0.26.0: the first of the CuTeDSL era (0.6.14 + DSL 4.6.0); 0.30.0: 0.6.18.post1 + DSL 4.7.1,
+# torch 2.13; 0.33.0: the newest jitguard knows (0.7.2.post1 + DSL 4.8.0).
+VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.24.0 0.26.0 0.30.0 0.33.0").split()
 ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
-# Seconds for one release: the first preparation takes 1-1.5 minutes, up to 5 on a busy machine or a slow network.
-# The test whose setup prepares it gets this much more than pytest-timeout's 600 s (which counts fixture setup).
-PREPARE_TIMEOUT = 1200
+# Seconds for the preparation of every release (in parallel): the first takes a few minutes, more on a busy
+# machine or a slow network. The test whose setup waits for it gets this much more than pytest-timeout's 600 s
+# (which counts fixture setup).
+PREPARE_TIMEOUT = 1800
+CUTEDSL_FROM = (
+    "0.6.14"  # FlashInfer's SM90 GDN prefill moved from an nvcc JIT module to CuTeDSL (its PR #3477)
+)
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
 @dataclass(frozen=True)
 class VllmRelease:
-    """One release's sources and dependencies, layered on this interpreter (its torch, its jitguard)."""
+    """One release's sources and dependencies (the FlashInfer and nvidia-cutlass-dsl it pins among them),
+    layered on this interpreter (its torch, its jitguard)."""
 
     version: str
     pythonpath: str
+
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    @property
+    def flashinfer(self) -> str:
+        """The flashinfer-python version this release's environment sees (the one it pins)."""
+        for dist in importlib.metadata.distributions(path=self.pythonpath.split(os.pathsep)):
+            if (dist.metadata["Name"] or "").lower().replace("_", "-") == "flashinfer-python":
+                return dist.version
+        raise AssertionError(f"no flashinfer-python on {self.pythonpath}")
+
+    @property
+    def era(self) -> str:
+        """FlashInfer's GDN prefill era on SM90: 'nvcc' (a JIT module compiled and linked, up to 0.6.13) or
+        'cutedsl' (compiled in-process by nvidia-cutlass-dsl, from 0.6.14)."""
+        return "cutedsl" if Version(self.flashinfer) >= Version(CUTEDSL_FROM) else "nvcc"
+
+    def first(self, *entries: Path) -> VllmRelease:
+        """This release with ``entries`` before its own on the path (e.g. a damaged copy of its DSL)."""
+        return VllmRelease(self.version, os.pathsep.join([*map(str, entries), self.pythonpath]))
+
+    def with_damaged_dsl(self, directory: Path) -> VllmRelease:
+        """This release with one file of its nvidia-cutlass-dsl no longer its wheel's (as an interrupted,
+        mixed or parallel install leaves it): a copy in ``directory`` whose other files link to the release's,
+        first on the path, so the release's own files (and the pool behind them) stay intact."""
+        path = self.pythonpath.split(os.pathsep)
+        changed = dsl_file("nvidia-cutlass-dsl-libs-base", "cutlass/__init__.py", path)
+        site = copy_dsl(directory, copied=[changed], path=path)
+        (site / changed).write_bytes((site / changed).read_bytes() + b"\n# not the wheel's copy\n")
+        packages = [site / "nvidia_cutlass_dsl" / sub for sub in ("dsl_packages", "python_packages")]
+        return self.first(site, *(p for p in packages if p.is_dir()))
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with this release on PYTHONPATH, behind this checkout's jitguard (whatever is installed)."""
+        return {**env, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{self.pythonpath}"}
 
     def run(
         self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
     ) -> tuple[dict[str, Any], str]:
         """Run ``script`` (default scenario.py) in this release's environment; (its RESULT, everything it
         printed)."""
-        full = dict(env)
-        full["PYTHONPATH"] = (
-            f"{REPO / 'src'}:{self.pythonpath}"  # this checkout's jitguard, whatever is installed
-        )
+        full = self.environment(env)
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(
@@ -65,78 +110,10 @@ class VllmRelease:
         assert proc.returncode == 0 and results, (
             f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
         )
-        return json.loads(results[-1][len("RESULT ") :]), output
-
-
-def _terminal(config: pytest.Config) -> Callable[[str], None]:
-    """Write a line to the terminal now, past pytest's output capture (no ``-s`` needed)."""
-    capture = config.pluginmanager.getplugin("capturemanager")
-    reporter = config.pluginmanager.getplugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if capture is None or reporter is None:
-            print(line, file=sys.stderr, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
-
-    return say
-
-
-def prepare(version: str, say: Callable[[str], None]) -> VllmRelease | str:
-    """Run .ci/install_vllm.sh for ``version``, passing its lines to ``say`` as they come; the release, or one
-    line saying why it could not be prepared."""
-    proc = subprocess.Popen(
-        ["bash", str(REPO / ".ci" / "install_vllm.sh")],
-        env={
-            **os.environ,
-            "JITGUARD_VLLM_VERSIONS": version,
-            "JITGUARD_VLLM_ROOT": str(ROOT),
-            "PYTHON": sys.executable,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,  # its own process group: a timeout stops pip too, not only the script
-    )
-    watchdog = threading.Timer(PREPARE_TIMEOUT, os.killpg, (proc.pid, signal.SIGKILL))
-    watchdog.start()
-    lines = []
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            lines.append(raw.rstrip())
-            say(lines[-1])
-        status = proc.wait()
-    except BaseException:  # Ctrl-C or pytest-timeout: no pip left running
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    finally:
-        watchdog.cancel()
-    ready = [m for line in lines if (m := re.search(r"\bready: PYTHONPATH=(\S+)$", line))]
-    if status == 0 and ready:
-        return VllmRelease(version, ready[-1].group(1))
-    if status == -signal.SIGKILL:
-        why = f"timed out after {PREPARE_TIMEOUT} s"
-    else:
-        why = f"exit {status}" if status else "exit 0 but no 'ready: PYTHONPATH=...' line"
-    log = ROOT / f"{version}.log"
-    return (
-        f"vLLM {version} could not be prepared (.ci/install_vllm.sh {why}){_last_error(log)}; full log: {log}"
-    )
-
-
-def _last_error(log: Path) -> str:
-    """': <pip's last 'ERROR:' line>' (or the log's last line), cut to fit in one line; '' without a log."""
-    try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    errors = [line for line in lines if line.startswith("ERROR:")]
-    last = (errors or lines or [""])[-1]
-    return f": {last[:200]}" if last else ""
+        result = json.loads(results[-1][len("RESULT ") :])
+        if "flashinfer" in result:  # the pair under test is the one this environment imports
+            assert result["flashinfer"] == self.flashinfer, (result["flashinfer"], self.flashinfer)
+        return result, output
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -149,26 +126,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def releases(pytestconfig: pytest.Config) -> Callable[[str], VllmRelease | str]:
-    """``version -> release`` (or why not), each prepared once per session, on first use."""
-    say = _terminal(pytestconfig)
-    done: dict[str, VllmRelease | str] = {}
+def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], VllmRelease | str]]:
+    """``version -> release`` (or one line saying why not): every release of the session prepared by one run
+    of the script, started when a test first needs one."""
+    say = terminal(pytestconfig)
+    started: list[Preparation] = []
 
     def get(version: str) -> VllmRelease | str:
-        if version not in done:
-            done[version] = prepare(version, say)
-        return done[version]
+        if not started:
+            env = {"JITGUARD_VLLM_VERSIONS": " ".join(VERSIONS), "JITGUARD_VLLM_ROOT": str(ROOT)}
+            started.append(Preparation("vllm", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT))
+        try:
+            return VllmRelease(version, started[0].get(version, say).removeprefix("PYTHONPATH="))
+        except NotPrepared as exc:
+            return str(exc)
 
-    return get
+    yield get
+    if started:
+        started[0].stop()
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
 def release(request: pytest.FixtureRequest, releases: Callable[[str], VllmRelease | str]) -> VllmRelease:
     prepared = releases(request.param)
     if isinstance(prepared, str):
-        if os.environ.get("CI"):
-            pytest.fail(prepared, pytrace=False)
-        pytest.skip(prepared)
+        skip_or_fail(prepared)
+    assert isinstance(prepared, VllmRelease)
     return prepared
 
 
@@ -181,6 +164,15 @@ def _shared_library(directory: Path, name: str) -> None:
         check=True,
         capture_output=True,
     )
+
+
+@dataclass(frozen=True)
+class Doom:
+    """A host where FlashInfer's GDN prefill cannot work in the release's era, and the finding that says why."""
+
+    release: VllmRelease
+    env: dict[str, str]
+    code: str
 
 
 class Situations:
@@ -227,6 +219,15 @@ class Situations:
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         env["LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib_dir), env.get("LIBRARY_PATH", "")) if p)
         return env
+
+    def doom(self, release: VllmRelease) -> Doom:
+        """nvcc era: an H200 host without libcuda (the module links -lcuda). CuTeDSL era, where nothing is
+        linked: an H200 host with libcuda, and the release's nvidia-cutlass-dsl damaged on disk."""
+        if release.era == "nvcc":
+            return Doom(release, self.hopper(libcuda=False), "link-missing-libcuda")
+        env = self.hopper(libcuda=True)
+        damaged = release.with_damaged_dsl(Path(env["JITGUARD_CACHE_DIR"]).parent / "damaged-dsl")
+        return Doom(damaged, env, "cutlass-dsl-install-damaged")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,10 @@ line. SPEC keys:
 
 The one part that cannot be real here is the GPU: vLLM's GDN layer module gets a CUDA SM90 platform object
 (vLLM's own ``Platform`` class, capability 9.0) in place of ``current_platform``, so vLLM's real selection
-code takes the branch it takes on an H200. The rest of vLLM (config, CustomOp, the layer module) is real.
+code takes the branch it takes on an H200, and torch's device queries answer as an H200's driver would
+(``h200_device_queries``). The rest of vLLM (config, CustomOp, the layer module) is real, and so is the
+FlashInfer it imports: the flashinfer-python and nvidia-cutlass-dsl the release pins (RESULT's ``flashinfer``
+says which version this process saw).
 """
 
 from __future__ import annotations
@@ -57,6 +60,31 @@ def sm90_platform() -> Any:
             return 132  # an H200's SMs
 
     return Hopper()
+
+
+def h200_device_queries() -> None:
+    """torch's device queries answered as on an H200 (this machine has no GPU, and its torch may be the CPU
+    build): FlashInfer 0.6.15-0.6.18 asks for the device's properties when its package is imported
+    (``flashinfer/gdn_kernels``), which the CPU build refuses with an AssertionError FlashInfer does not catch;
+    on a real H200 host the same import succeeds."""
+    import types
+
+    import torch
+
+    properties = types.SimpleNamespace(
+        name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=143771 << 20
+    )
+    torch.cuda.get_device_properties = lambda *args, **kwargs: properties
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
+
+
+def flashinfer_version() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def facts_with_torch(build: str) -> Any:
@@ -111,12 +139,13 @@ def break_jitguard(spec: dict[str, Any]) -> None:
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     break_jitguard(spec)
+    h200_device_queries()
     import vllm
     from vllm.plugins import load_general_plugins
 
     from jitguard.integrations import vllm as plugin
 
-    result: dict[str, Any] = {"vllm": vllm.__version__, "status_calls": 0}
+    result: dict[str, Any] = {"vllm": vllm.__version__, "status_calls": 0, "flashinfer": flashinfer_version()}
     load_general_plugins()  # vLLM's own loader: finds jitguard's entry point and calls register()
     result["registered"] = plugin.is_registered()
 

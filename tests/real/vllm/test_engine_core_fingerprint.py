@@ -27,6 +27,8 @@ MODEL = Path(__file__).resolve().parents[2] / "data" / "models" / "qwen3_next" /
 
 
 def doctor_fingerprint(env: dict[str, str]) -> str:
+    """What ``jitguard doctor`` reports where the engine runs: ``env`` holds the release's PYTHONPATH, so it
+    sees the FlashInfer and DSL the engine sees (both are part of the fingerprint)."""
     done = subprocess.run(
         [sys.executable, "-m", "jitguard", "doctor", "--json"],
         env=env,
@@ -46,7 +48,7 @@ def test_the_engine_core_judges_on_the_fingerprint_jitguard_doctor_reports(
     env = situations.machine(VLLM_WORKER_MULTIPROC_METHOD=method)
     result, output = release.run({}, env, script=SCRIPT)
     assert result["method"] == method and result["registered"], output[-4000:]
-    assert result["fingerprint"] == doctor_fingerprint(env), (
+    assert result["fingerprint"] == doctor_fingerprint(release.environment(env)), (
         f"the engine core ({method}) keyed the failure cache apart from `jitguard doctor`; LD_LIBRARY_PATH "
         f"in each process: {result['ld_library_path']}"
     )
@@ -55,24 +57,30 @@ def test_the_engine_core_judges_on_the_fingerprint_jitguard_doctor_reports(
 def test_a_failure_jitguard_build_recorded_is_judged_on_in_the_engine_core(
     release: Any, situations: Any
 ) -> None:
-    """The prebuild (``jitguard build flashinfer-gdn``, run where the engine will run) fails for real and
-    records it; the engine core started next must see that record (and take Triton/FLA at once) instead of
-    starting the same doomed build."""
-    env = situations.machine()  # this machine: no libcuda, so the real pre-flight stops the prebuild
+    """The prebuild (``jitguard build flashinfer-gdn``, run where the engine will run, with the FlashInfer the
+    release pins) fails for real and records it; the engine core started next must see that record (and take
+    Triton/FLA at once) instead of starting the same doomed build. In the CuTeDSL era there is no nvcc module:
+    the prebuild says so, records nothing, and the engine core sees no record."""
+    env = situations.machine()  # this machine: no libcuda, so the real pre-flight stops an nvcc prebuild
     built = subprocess.run(
         [sys.executable, "-m", "jitguard", "build", "flashinfer-gdn", "--model", str(MODEL), "--json"],
-        env=env,
+        env=release.environment(env),
         capture_output=True,
         text=True,
         timeout=300,
         stdin=subprocess.DEVNULL,
     )
-    assert built.returncode == 1, built.stdout[-3000:] + built.stderr[-3000:]
     from jitguard.state.failure_cache import FailureCache
 
     prebuilt = {r.module: r.fingerprint for r in FailureCache(Path(env["JITGUARD_CACHE_DIR"])).entries()}
     result, _ = release.run({}, env, script=SCRIPT)
     records = result["gdn_records"]
+    if release.era == "cutedsl":
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert "no nvcc module to prebuild" in built.stdout + built.stderr
+        assert prebuilt == {} and records == []
+        return
+    assert built.returncode == 1, built.stdout[-3000:] + built.stderr[-3000:]
     assert len(records) == 1, (
         f"the engine core (fingerprint {result['fingerprint']}) saw {len(records)} recorded GDN failures; the "
         f"prebuild recorded {prebuilt}"

@@ -1,6 +1,8 @@
-"""The plugin against the REAL code of released vLLM versions, one per GDN layer layout (by default 0.21.0:
-spring 2026, ``mamba/gdn_linear_attn.py``; 0.33.0: current, ``mamba/gdn/qwen_gdn_linear_attn.py``; any
-other release with JITGUARD_VLLM_VERSIONS, e.g. 0.18.1 for ``models/qwen3_next.py``).
+"""The plugin against the REAL code of released vLLM versions, each with the FlashInfer it pins: every GDN layer
+layout (by default 0.21.0: spring 2026, ``mamba/gdn_linear_attn.py``; 0.24.0 to 0.33.0: current,
+``mamba/gdn/qwen_gdn_linear_attn.py``; any other release with JITGUARD_VLLM_VERSIONS, e.g. 0.18.1 for
+``models/qwen3_next.py``) and both FlashInfer eras (0.21.0 and 0.24.0 pin an nvcc-built GDN prefill, 0.26.0
+and later a CuTeDSL one): what dooms FlashInfer, and so what jitguard must say, follows the era.
 
 Each module-scoped fixture is one engine start: vLLM's own ``load_general_plugins()`` registers jitguard, the
 layer module is imported (and patched on import), and real ``ChunkGatedDeltaRule`` ops (one per GDN layer)
@@ -30,7 +32,7 @@ def run_for(result: dict[str, Any], requested: str) -> dict[str, Any]:
 
 
 def minor(release: Any) -> int:
-    return int(release.version.split(".")[1])
+    return int(release.minor)
 
 
 def assert_hooked(result: dict[str, Any], release: Any) -> None:
@@ -65,24 +67,26 @@ def test_flashinfer_builds_in_the_engine_are_supervised(workable: tuple[dict[str
     assert result["build_hook_active"]  # jitguard.install() applied by the plugin
 
 
-# ---- FlashInfer doomed: no libcuda ----------------------------------------------------------------------
+# ---- FlashInfer doomed in its era: no libcuda (nvcc), a damaged nvidia-cutlass-dsl (CuTeDSL) -------------
 @pytest.fixture(scope="module")
-def doomed(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+def doomed(release: Any, situations: Any) -> tuple[dict[str, Any], str, str]:
     spec = {"requests": ["triton", "auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH}
-    return release.run(spec, situations.hopper(libcuda=False))
+    host = situations.doom(release)
+    return (*host.release.run(spec, host.env), host.code)
 
 
-def test_doomed_status_names_the_missing_libcuda(doomed: tuple[dict[str, Any], str]) -> None:
-    result, _ = doomed
+def test_doomed_status_names_the_eras_one_reason(doomed: tuple[dict[str, Any], str, str]) -> None:
+    result, _, code = doomed
     assert not result["status"]["usable"]
-    # The H200 stand-in and libcudart were seen: the missing libcuda is the one reason.
-    assert result["status"]["blocking"] == ["link-missing-libcuda"]
+    # The H200 stand-in and libcudart were seen: the missing libcuda (nvcc era) or the DSL file that is not its
+    # wheel's (CuTeDSL era) is the one reason.
+    assert result["status"]["blocking"] == [code]
 
 
 def test_explicit_triton_is_untouched_and_never_asks(
-    doomed: tuple[dict[str, Any], str], release: Any
+    doomed: tuple[dict[str, Any], str, str], release: Any
 ) -> None:
-    result, _ = doomed
+    result, _, _ = doomed
     assert_hooked(result, release)
     run = run_for(result, "triton")
     assert run["error"] is None
@@ -93,8 +97,8 @@ def test_explicit_triton_is_untouched_and_never_asks(
         assert run["resolver"] == run["vllm_choice"] == ["triton", "triton"]
 
 
-def test_auto_falls_back_to_triton_with_one_warning(doomed: tuple[dict[str, Any], str]) -> None:
-    result, output = doomed
+def test_auto_falls_back_to_triton_with_one_warning(doomed: tuple[dict[str, Any], str, str]) -> None:
+    result, output, code = doomed
     run = run_for(result, "auto")
     assert run["error"] is None
     assert run["layers"] == ["triton"] * 3
@@ -104,17 +108,17 @@ def test_auto_falls_back_to_triton_with_one_warning(doomed: tuple[dict[str, Any]
         assert run["resolver"] == ["auto", "triton"]
     warnings = fallback_warnings(output)
     assert len(warnings) == 1, output[-4000:]
-    assert "[link-missing-libcuda]" in warnings[0]
+    assert f"[{code}]" in warnings[0]
     assert "Fix:" in warnings[0] and "Triton" in warnings[0]
 
 
-def test_explicit_flashinfer_fails_at_engine_init(doomed: tuple[dict[str, Any], str]) -> None:
-    result, _ = doomed
+def test_explicit_flashinfer_fails_at_engine_init(doomed: tuple[dict[str, Any], str, str]) -> None:
+    result, _, code = doomed
     run = run_for(result, "flashinfer")
     assert run["layers"] == []  # the first GDN layer refused to be built
     error = run["error"]
     assert error is not None and "BackendUnavailable" in error["bases"]
-    assert "link-missing-libcuda" in error["codes"]
+    assert code in error["codes"]
     assert "--gdn-prefill-backend triton" in error["message"]
     if result["layout"] == "current":
         assert run["vllm_choice"] == ["flashinfer", "flashinfer"]
@@ -148,9 +152,13 @@ def this_machine(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
     return release.run({"requests": ["auto", "flashinfer"]}, situations.machine())
 
 
-def test_this_gpu_less_machine_gets_triton_from_real_facts(this_machine: tuple[dict[str, Any], str]) -> None:
+def test_this_gpu_less_machine_gets_triton_from_real_facts(
+    this_machine: tuple[dict[str, Any], str], release: Any
+) -> None:
     result, output = this_machine
-    assert {"gpu-none", "link-missing-libcuda"} <= set(result["status"]["codes"])
+    assert "gpu-none" in result["status"]["blocking"]
+    # No libcuda here either: a reason more for the nvcc-built module only (the CuTeDSL era links nothing).
+    assert ("link-missing-libcuda" in result["status"]["codes"]) == (release.era == "nvcc")
     assert run_for(result, "auto")["layers"] == ["triton"]
     assert "BackendUnavailable" in run_for(result, "flashinfer")["error"]["bases"]
     assert len(fallback_warnings(output)) == 1
