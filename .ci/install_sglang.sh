@@ -47,7 +47,8 @@ if [[ ! -f "$shared/ready" ]]; then
         take_lock "$shared.lock" "sglang: $TRITON"
         if [[ ! -f "$shared/ready" ]]; then
             rm -rf "$shared"
-            "$PY" -m pip install -q --no-deps --target "$shared" "$TRITON"
+            echo "sglang: installing $TRITON for every version (pip's output in $shared.log)"
+            "$PY" -m pip install -q --no-deps --target "$shared" "$TRITON" >"$shared.log" 2>&1
             touch "$shared/ready"
         fi
     )
@@ -96,7 +97,7 @@ EOF
     mapfile -t flashinfer < "$dir/flashinfer.txt"
     say "its FlashInfer: ${flashinfer[*]}"
     bash .ci/install_flashinfer.sh "sglang $version" "${flashinfer[@]}" 2>>"$log" | tee "$dir/flashinfer.out" \
-        | grep -v '^pair: ' | sed "s/^/sglang $version: [$((SECONDS - started)) s] /" || true
+        | grep -v '^pair: ' || true  # its lines name the release already
     pair=$(sed -n 's/^pair: //p' "$dir/flashinfer.out")
     [[ -n "$pair" ]] || { echo "install_flashinfer.sh failed: ${flashinfer[*]}" >>"$log"; exit 1; }
     # In the venv's own site directory, so they come before this Python's FlashInfer and DSL (the .pth of the

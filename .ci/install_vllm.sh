@@ -35,6 +35,8 @@ cd "$(dirname "$0")/.."
 VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.24.0 0.26.0 0.30.0 0.33.0"}
 ROOT=$(realpath -m "${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}")
 PY=${PYTHON:-python3}
+# The sources depend on how the wheel is read; the dependencies on every step.
+SRC_STAMP=$(sha256sum < .ci/vllm_wheel.py | cut -c1-16)
 STAMP=$(cat .ci/install_vllm.sh .ci/vllm_wheel.py .ci/dist_pool.py .ci/install_flashinfer.sh | sha256sum | cut -c1-16)
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 unset PYTHONPATH  # what the interpreter has on its own decides what is missing
@@ -56,7 +58,7 @@ prepare() {
     take_lock "$ROOT/$version.lock" "vllm $version"
     : > "$log"
 
-    if [[ ! -f "$src/ready" || "$(cat "$src/ready")" != "$STAMP" ]]; then
+    if [[ ! -f "$src/ready" || "$(cat "$src/ready")" != "$SRC_STAMP" ]]; then
         rm -rf "$dir"
         mkdir -p "$dir/wheel"
         say "downloading the wheel from PyPI (~250-340 MB, deleted once read)"
@@ -69,7 +71,7 @@ prepare() {
         "$PY" .ci/vllm_wheel.py pair "$wheel" > "$dir/flashinfer.txt"
         "$PY" .ci/vllm_wheel.py extract "$wheel" "$src" >>"$log"
         rm -rf "$dir/wheel"
-        echo "$STAMP" > "$src/ready"
+        echo "$SRC_STAMP" > "$src/ready"
     fi
 
     if [[ ! -f "$deps/ready" || "$(cat "$deps/ready")" != "$STAMP" ]]; then
@@ -87,7 +89,7 @@ prepare() {
         mapfile -t flashinfer < "$dir/flashinfer.txt"
         say "its FlashInfer: ${flashinfer[*]}"
         bash .ci/install_flashinfer.sh "vllm $version" "${flashinfer[@]}" 2>>"$log" | tee "$staging/flashinfer.out" \
-            | grep -v '^pair: ' | sed "s/^/vllm $version: [$((SECONDS - started)) s] /" || true
+            | grep -v '^pair: ' || true  # its lines name the release already
         local pair
         pair=$(sed -n 's/^pair: //p' "$staging/flashinfer.out")
         [[ -n "$pair" ]] || { echo "install_flashinfer.sh failed: ${flashinfer[*]}" >>"$log"; exit 1; }

@@ -1,7 +1,9 @@
 """The engine releases the real tests run against (tests/real/vllm, tests/real/sglang), prepared by one run of
 ``.ci/install_<engine>.sh`` for every release of the session: the script prepares them in parallel, each under
-its own lock, and caches them. Its progress lines reach the terminal while a test waits for a release (past
-pytest's capture, no ``-s`` needed); a release that cannot be prepared is one line saying why."""
+its own lock, and caches them. The run starts as soon as collection has selected a test that needs a release
+(``start_when_selected``), at low CPU priority: a cold preparation is mostly downloads, which then overlap with
+the tests that run before the engine tests. Its progress lines reach the terminal while a test waits for a
+release (past pytest's capture, no ``-s`` needed); a release that cannot be prepared is one line saying why."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ class Preparation:
         self._outcome = ""
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._proc = subprocess.Popen(
-            ["bash", str(REPO / ".ci" / f"install_{engine}.sh")],
+            ["nice", "-n", "10", "bash", str(REPO / ".ci" / f"install_{engine}.sh")],
             env={**os.environ, **env, "PYTHON": sys.executable},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -108,6 +110,20 @@ class Preparation:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
         self._watchdog.cancel()
+
+
+def start_when_selected(
+    session: pytest.Session,
+    directory: Path,
+    key: pytest.StashKey[Preparation],
+    start: Callable[[], Preparation],
+) -> None:
+    """From a conftest's ``pytest_collection_finish``: ``start()`` now, kept under ``key``, when a selected test
+    under ``directory`` uses the ``release`` fixture."""
+    for item in session.items:
+        if "release" in getattr(item, "fixturenames", ()) and Path(item.path).is_relative_to(directory):
+            session.config.stash[key] = start()
+            return
 
 
 def _last_error(log: Path) -> str:

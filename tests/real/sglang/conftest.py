@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from release_preparation import NotPrepared, Preparation, skip_or_fail, terminal
+from release_preparation import NotPrepared, Preparation, skip_or_fail, start_when_selected, terminal
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("sglang_scenario.py")
@@ -81,6 +81,28 @@ class SglangRelease:
         return json.loads(results[-1][len("RESULT ") :]), output
 
 
+PREPARATION = pytest.StashKey[Preparation]()
+
+
+def start() -> Preparation:
+    env = {"JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
+    return Preparation("sglang", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start preparing every release as soon as a test that needs one is selected (it overlaps with the tests
+    that run first)."""
+    start_when_selected(session, Path(__file__).parent, PREPARATION, start)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No preparation outlives the session (an interrupted one resumes next time: the script's steps are
+    staged and stamped)."""
+    preparation = session.config.stash.get(PREPARATION, None)
+    if preparation is not None:
+        preparation.stop()
+
+
 @pytest.fixture(scope="session")
 def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], SglangRelease]]:
     """``version -> release``: every release of the session prepared by one run of the script, started when a
@@ -90,8 +112,7 @@ def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], SglangRele
 
     def get(version: str) -> SglangRelease:
         if not started:
-            env = {"JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
-            started.append(Preparation("sglang", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT))
+            started.append(pytestconfig.stash.get(PREPARATION, None) or start())
         try:
             directory = Path(started[0].get(version, say))
         except NotPrepared as exc:

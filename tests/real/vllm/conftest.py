@@ -24,7 +24,7 @@ import pytest
 from packaging.version import Version
 
 from dsl_copies import copy_dsl, dsl_file
-from release_preparation import NotPrepared, Preparation, skip_or_fail, terminal
+from release_preparation import NotPrepared, Preparation, skip_or_fail, start_when_selected, terminal
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
@@ -125,6 +125,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(PREPARE_TIMEOUT + 600))
 
 
+PREPARATION = pytest.StashKey[Preparation]()
+
+
+def start() -> Preparation:
+    env = {"JITGUARD_VLLM_VERSIONS": " ".join(VERSIONS), "JITGUARD_VLLM_ROOT": str(ROOT)}
+    return Preparation("vllm", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start preparing every release as soon as a test that needs one is selected (it overlaps with the tests
+    that run first)."""
+    start_when_selected(session, Path(__file__).parent, PREPARATION, start)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No preparation outlives the session (an interrupted one resumes next time: the script's steps are
+    staged and stamped)."""
+    preparation = session.config.stash.get(PREPARATION, None)
+    if preparation is not None:
+        preparation.stop()
+
+
 @pytest.fixture(scope="session")
 def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], VllmRelease | str]]:
     """``version -> release`` (or one line saying why not): every release of the session prepared by one run
@@ -134,8 +156,7 @@ def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], VllmReleas
 
     def get(version: str) -> VllmRelease | str:
         if not started:
-            env = {"JITGUARD_VLLM_VERSIONS": " ".join(VERSIONS), "JITGUARD_VLLM_ROOT": str(ROOT)}
-            started.append(Preparation("vllm", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT))
+            started.append(pytestconfig.stash.get(PREPARATION, None) or start())
         try:
             return VllmRelease(version, started[0].get(version, say).removeprefix("PYTHONPATH="))
         except NotPrepared as exc:
