@@ -89,7 +89,9 @@ def test_install_vllm_waits_for_a_release_another_process_is_preparing(tmp_path:
     try:
         assert script.stdout is not None
         line = script.stdout.readline().strip()
-        assert line.startswith(f"vllm 0.33.0: waiting for pid {holder.pid} preparing vllm 0.33.0 since "), line
+        assert line.startswith(f"vllm 0.33.0: waiting for pid {holder.pid} preparing vllm 0.33.0 since "), (
+            line
+        )
         assert not (root / "0.33.0").exists()  # nothing touched while the other one prepares
     finally:
         os.killpg(script.pid, signal.SIGKILL)
