@@ -17,7 +17,7 @@
 #   PYTHON          the interpreter whose pip installs (default python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. .ci/prepare_lock.sh
+. .ci/preparation.sh
 
 [[ $# -ge 2 ]] || { sed -n '2,20p' "$0" >&2; exit 2; }
 WHO=$1 FLASHINFER=$2 DSL=${3:-}

@@ -20,7 +20,7 @@
 #   PYTHON                     the Python whose packages the venvs see (default python3; a venv's is fine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. .ci/prepare_lock.sh
+. .ci/preparation.sh
 
 VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.16 0.5.23"}
 ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-/tmp/jitguard-ci/sglang}")
@@ -126,22 +126,5 @@ EOF
     say "ready: $dir (prepared in $((SECONDS - started)) s, $(du -sh "$dir" | cut -f1) besides the pool)"
 }
 
-pids=()
-for version in $VERSIONS; do
-    (set -e; prepare "$version") &
-    pids+=($!)
-done
-failed=()
-i=0
-for version in $VERSIONS; do
-    if ! wait "${pids[$i]}"; then
-        echo "sglang $version: FAILED; the last lines of $ROOT/$version.log:" >&2
-        tail -n 15 "$ROOT/$version.log" | sed 's/^/    /' >&2
-        failed+=("$version")
-    fi
-    i=$((i + 1))
-done
-if [[ ${#failed[@]} -gt 0 ]]; then
-    echo "install_sglang.sh: not prepared: ${failed[*]}" >&2
-    exit 1
-fi
+# shellcheck disable=SC2086  # one version a word
+prepare_all sglang "$ROOT" $VERSIONS

@@ -30,7 +30,7 @@
 #   JITGUARD_VLLM_ROOT       where to put them (default /tmp/jitguard-ci/vllm; never inside the repo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. .ci/prepare_lock.sh
+. .ci/preparation.sh
 
 VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.24.0 0.26.0 0.30.0 0.33.0"}
 ROOT=$(realpath -m "${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}")
@@ -151,22 +151,5 @@ layers() {
     echo "$path"
 }
 
-pids=()
-for version in $VERSIONS; do
-    (set -e; prepare "$version") &
-    pids+=($!)
-done
-failed=()
-i=0
-for version in $VERSIONS; do
-    if ! wait "${pids[$i]}"; then
-        echo "vllm $version: FAILED; the last lines of $ROOT/$version.log:" >&2
-        tail -n 15 "$ROOT/$version.log" | sed 's/^/    /' >&2
-        failed+=("$version")
-    fi
-    i=$((i + 1))
-done
-if [[ ${#failed[@]} -gt 0 ]]; then
-    echo "install_vllm.sh: not prepared: ${failed[*]}" >&2
-    exit 1
-fi
+# shellcheck disable=SC2086  # one version a word
+prepare_all vllm "$ROOT" $VERSIONS

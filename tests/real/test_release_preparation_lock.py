@@ -1,6 +1,6 @@
 """Two processes preparing the same engine release at once (two test runs, a developer's and CI's) once
 corrupted a CI run: each deleted and rewrote the other's directories. The preparation scripts (.ci/install_*.sh)
-take a per-release lock (.ci/prepare_lock.sh); the second process says whom it waits for, then goes on once the
+take a per-release lock (.ci/preparation.sh); the second process says whom it waits for, then goes on once the
 first is done. Real bash, flock and processes; nothing is downloaded."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HOLD = '. .ci/prepare_lock.sh && take_lock "$1" "$2" && echo taken && { read -r _ || true; }'
+HOLD = '. .ci/preparation.sh && take_lock "$1" "$2" && echo taken && { read -r _ || true; }'
 
 
 def hold(lock: Path, who: str) -> subprocess.Popen[str]:
