@@ -58,9 +58,9 @@ def copy_dsl(root: Path, *, copied: Iterable[str] = (), path: list[str] | None =
     return site
 
 
-def dsl_file(name: str, suffix: str, path: list[str] | None = None) -> str:
+def dsl_file(name: str, suffix: str) -> str:
     """The RECORD path of the installed DSL distribution ``name`` that ends with ``suffix`` (skips when none)."""
-    for dist in installed_dsl(path):
+    for dist in installed_dsl():
         if (dist.metadata["Name"] or "").lower() == name:
             for file in dist.files or ():
                 if str(file).endswith(suffix):

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from dsl_copies import copy_dsl, dsl_file
+from dsl_copies import copy_dsl, installed_dsl
 from release_preparation import NotPrepared, Preparation, skip_or_fail, start_when_selected, terminal
 
 REPO = Path(__file__).resolve().parents[3]
@@ -79,7 +79,15 @@ class VllmRelease:
         mixed or parallel install leaves it): a copy in ``directory`` whose other files link to the release's,
         first on the path, so the release's own files (and the pool behind them) stay intact."""
         path = self.pythonpath.split(os.pathsep)
-        changed = dsl_file("nvidia-cutlass-dsl-libs-base", "cutlass/__init__.py", path)
+        # The package 'cutlass' comes with -libs-core from DSL 4.6, with -libs-base before.
+        owners = {(d.metadata["Name"] or "").lower(): d for d in installed_dsl(path)}
+        [changed] = [
+            str(f)
+            for name in ("nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-base")
+            if name in owners
+            for f in owners[name].files or ()
+            if str(f).endswith("cutlass/__init__.py")
+        ][:1]
         site = copy_dsl(directory, copied=[changed], path=path)
         (site / changed).write_bytes((site / changed).read_bytes() + b"\n# not the wheel's copy\n")
         packages = [site / "nvidia_cutlass_dsl" / sub for sub in ("dsl_packages", "python_packages")]
