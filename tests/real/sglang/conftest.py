@@ -95,6 +95,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     start_when_selected(session, Path(__file__).parent, PREPARATION, start)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Room for the preparation in the setup of whichever test waits for a release first."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if "release" in getattr(item, "fixturenames", ()) and Path(item.path).is_relative_to(
+            Path(__file__).parent
+        ):
+            item.add_marker(pytest.mark.timeout(PREPARE_TIMEOUT + 600))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """No preparation outlives the session (an interrupted one resumes next time: the script's steps are
     staged and stamped)."""
