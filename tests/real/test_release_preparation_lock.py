@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 HOLD = '. .ci/preparation.sh && take_lock "$1" "$2" && echo taken && { read -r _ || true; }'
 
 
-def hold(lock: Path, who: str) -> subprocess.Popen[str]:
+def start(lock: Path, who: str) -> subprocess.Popen[str]:
     """A bash process that takes ``lock`` as the scripts do and keeps it until its stdin closes."""
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         ["bash", "-c", HOLD, "hold", str(lock), who],
         cwd=REPO,
         stdin=subprocess.PIPE,
@@ -26,6 +26,11 @@ def hold(lock: Path, who: str) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,
     )
+
+
+def hold(lock: Path, who: str) -> subprocess.Popen[str]:
+    """``start``, once it holds the lock."""
+    proc = start(lock, who)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "taken"
     return proc
@@ -40,14 +45,7 @@ def release(holder: subprocess.Popen[str]) -> None:
 def test_the_second_preparer_names_the_first_and_goes_on_when_it_is_done(tmp_path: Path) -> None:
     lock = tmp_path / "0.33.0.lock"
     first = hold(lock, "vllm 0.33.0")
-    second = subprocess.Popen(
-        ["bash", "-c", HOLD, "hold", str(lock), "vllm 0.33.0"],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    second = start(lock, "vllm 0.33.0")
     try:
         assert second.stdout is not None
         waiting = second.stdout.readline().strip()
