@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . .ci/preparation.sh
 
-VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.16 0.5.23"}
+VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.23"}
 ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-/tmp/jitguard-ci/sglang}")
 TRITON=triton==3.6.0  # what torch 2.11 (SGLang 0.5.15's) brings; only imported here, never run
 PY=${PYTHON:-python3}

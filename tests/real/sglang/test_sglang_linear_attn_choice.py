@@ -1,6 +1,6 @@
 """The plugin against the REAL code of released SGLang versions, each with the FlashInfer it pins, every layout
 in each FlashInfer era it met (by default 0.5.15: process-wide choice, FlashInfer 0.6.12 with the nvcc-built
-GDN prefill; 0.5.16: process-wide choice, FlashInfer 0.6.14, CuTeDSL; 0.5.23: per-runner choice, FlashInfer
+GDN prefill; 0.5.16 by JITGUARD_SGLANG_VERSIONS: process-wide choice, FlashInfer 0.6.14, CuTeDSL; 0.5.23: per-runner choice, FlashInfer
 0.7.2, CuTeDSL; others with JITGUARD_SGLANG_VERSIONS). What dooms FlashInfer prefill follows the era.
 
 Each module-scoped fixture is one engine start: SGLang's own ``load_plugins()`` loads jitguard's entry point
