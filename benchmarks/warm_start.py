@@ -418,9 +418,11 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
     lines.append(
         "Made by `python3 benchmarks/warm_start.py --table warm_start.jsonl --logs warm_start_logs` from the "
         "device runs' results and the engines' own logs. vLLM's default config (torch.compile and CUDA graphs "
-        "on), `--gdn-prefill-backend flashinfer`, a tiny random-weight Qwen3-Next; vLLM 0.26.0's DeepSeek-shaped "
-        "router-GEMM warmup skipped in every row (no quack-kernels release runs with the nvidia-cutlass-dsl 4.6.0 "
-        "it pins; `benchmarks/vllm_engine_start.py`)."
+        "on), a tiny random-weight Qwen3-Next. `v026` and `fleet4`: `--gdn-prefill-backend flashinfer`, vLLM "
+        "0.26.0's DeepSeek-shaped router-GEMM warmup skipped (no quack-kernels release runs with the "
+        "nvidia-cutlass-dsl 4.6.0 it pins; `benchmarks/vllm_engine_start.py`). `v024`: GDN prefill `auto`, libcuda "
+        "made unlinkable for real (the seed's doomed start: jitguard sends GDN to Triton/FLA; stock compiles "
+        "FlashInfer's GDN until the row's limit)."
     )
     lines.append("")
     for m in meta:
