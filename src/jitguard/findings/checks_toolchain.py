@@ -24,7 +24,8 @@ from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.facts.libcuda import LibCandidate, LinkFacts
+    from jitguard.facts.libcuda import LinkFacts
+    from jitguard.facts.libcuda_candidates import LibCandidate
     from jitguard.facts.toolchain import CudaHome, ToolchainFacts
 
 BACKEND = "flashinfer"
