@@ -27,8 +27,8 @@ Why a rewritten copy rather than leaving ninja's files alone (measured in ``benc
 - Reserving slots per build before ninja starts (``ninja -j N`` with N slots held) keeps the count, but fixes a
   build's parallelism when it starts (slots freed later by other builds stay unused by it; slots it reserved idle
   through its link and tail), and drops what the command prefix also carries: the compiler cache (``sccache
-  <compiler>``: FlashInfer names its compilers by absolute path, so nothing but the command line can put sccache
-  in front), the "killed by signal" line that ninja never prints (``supervise.oom``), and the kill grace and
+  <compiler>``: FlashInfer runs nvcc by its toolkit's path, ``$cuda_home/bin/nvcc``, so nothing but the command
+  line can put sccache in front), the "killed by signal" line that ninja never prints (``supervise.oom``), and the kill grace and
   parent-death signal of each compile (``supervise.launcher``).
 """
 
