@@ -24,9 +24,10 @@ from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
+    from jitguard.facts.cuda_homes import CudaHome
     from jitguard.facts.libcuda import LinkFacts
     from jitguard.facts.libcuda_candidates import LibCandidate
-    from jitguard.facts.toolchain import CudaHome, ToolchainFacts
+    from jitguard.facts.toolchain import ToolchainFacts
 
 BACKEND = "flashinfer"
 # FlashInfer's SM90 GDN kernel needs TMA tensor-map instructions that nvcc < 12.6 lacks (FACTS.md).
