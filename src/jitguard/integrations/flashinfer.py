@@ -241,12 +241,8 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
-    from jitguard.decision.gdn_variants import (
-        VariantError,
-        family_for,
-        model_gdn_from_config,
-        variants_for_model,
-    )
+    from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
+    from jitguard.decision.gdn_variants import VariantError, family_for
     from jitguard.flashinfer_jit.gdn_router import expect
 
     settings = Settings.from_env()
