@@ -39,4 +39,23 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         fixes=(),
         area=_AREA,
     ),
+    CatalogEntry(
+        code="flashinfer-cubin-no-modules",
+        severity="info",
+        title="{title}: flashinfer-cubin {cubin_version} holds kernel binaries, not the modules that run them",
+        cause=(
+            "flashinfer-cubin ships the kernels FlashInfer would otherwise download on first use ({kernels}). "
+            "The modules that launch them ({launchers}) and every other FlashInfer module are still compiled "
+            "with nvcc on first use, unless a flashinfer-jit-cache of the same version provides them. vLLM's "
+            "has_flashinfer() takes flashinfer-cubin in place of nvcc; jitguard does not, so without a CUDA "
+            "toolkit the engine takes its own path for these kernels."
+        ),
+        fixes=(
+            FixTemplate(
+                "Install the prebuilt modules of this FlashInfer (for torch's CUDA):", "{jit_cache_command}"
+            ),
+            FixTemplate("Or give the engine a CUDA toolkit (nvcc, ninja) and set CUDA_HOME to it."),
+        ),
+        area=_AREA,
+    ),
 )
