@@ -115,7 +115,7 @@ class FlashinferFacts:
     cutlass_dsl_version: str | None
     cutlass_dsl_requirement: str | None  # flashinfer's own floor, e.g. ">=4.3.4"
     cutlass_dsl_satisfied: bool | None
-    cubin_dir: Path | None = None  # flashinfer-cubin's cubins/ (FlashInfer's FLASHINFER_CUBIN_DIR when installed)
+    cubin_dir: Path | None = None  # flashinfer-cubin's cubins/, when installed
 
     def gdn_supports(self, major: int, minor: int) -> bool:
         """Whether this FlashInfer's GDN prefill runs on compute capability major.minor."""
