@@ -147,9 +147,9 @@ def image(
     return env
 
 
-def doctor(env: dict[str, str], engine: str) -> dict[str, Any]:
+def doctor_output(env: dict[str, str], *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "jitguard", "doctor", "--engine", engine, "--json"],
+        [sys.executable, "-m", "jitguard", "doctor", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -157,7 +157,16 @@ def doctor(env: dict[str, str], engine: str) -> dict[str, Any]:
         cwd="/",
     )
     assert "Traceback" not in proc.stderr, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    return proc.stdout
+
+
+def doctor(env: dict[str, str], engine: str) -> dict[str, Any]:
+    return json.loads(doctor_output(env, "--engine", engine, "--json"))  # type: ignore[no-any-return]
+
+
+def findings_of(data: dict[str, Any], choice: str) -> dict[str, dict[str, Any]]:
+    row = next(c for c in data["engine"]["choices"] if c["choice"] == choice)
+    return {f["code"]: f for f in row["findings"]}
 
 
 def vllm_blocking(data: dict[str, Any]) -> dict[str, set[str]]:
@@ -171,17 +180,21 @@ def sglang_usable(data: dict[str, Any]) -> dict[str, bool]:
     return {c["phase"]: c["flashinfer_usable"] for c in data["engine"]["choices"]}
 
 
-def run_shape(tmp_path: Path, shape: Shape, so: Path, stub_libcuda_dir: Path) -> tuple[dict[str, Any], ...]:
+Verdicts = tuple[dict[str, Any], dict[str, Any], dict[str, str]]
+
+
+def run_shape(tmp_path: Path, shape: Shape, so: Path, stub_libcuda_dir: Path) -> Verdicts:
+    """doctor's verdicts for vLLM and SGLang in an image of ``shape``, and the image's environment."""
     if shape.toolkit and not (TOOLKIT / "bin" / "nvcc").exists():
         pytest.skip(f"needs the CUDA toolkit at {TOOLKIT}")
     env = image(tmp_path / "image", shape, so, stub_libcuda_dir)
-    return doctor(env, "vllm"), doctor(env, "sglang")
+    return doctor(env, "vllm"), doctor(env, "sglang"), env
 
 
 def test_with_a_toolkit_every_flashinfer_choice_stands(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    vllm, sglang = run_shape(tmp_path, Shape(toolkit=True), module_library, stub_libcuda_dir)
+    vllm, sglang, _ = run_shape(tmp_path, Shape(toolkit=True), module_library, stub_libcuda_dir)
     assert vllm_blocking(vllm) == {c: set() for c in VLLM_CHOICES}
     assert vllm["backends"]["flashinfer"]["usable"] is True
     assert sglang_usable(sglang) == {"prefill": True, "decode": True, "verify": True}
@@ -190,17 +203,19 @@ def test_with_a_toolkit_every_flashinfer_choice_stands(
 def test_cubin_without_a_toolkit_keeps_the_cutedsl_paths_and_says_the_cubins_hold_no_module(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    vllm, sglang = run_shape(tmp_path, Shape(cubin=True), module_library, stub_libcuda_dir)
+    vllm, sglang, env = run_shape(tmp_path, Shape(cubin=True), module_library, stub_libcuda_dir)
     blocking = vllm_blocking(vllm)
     # Every vLLM choice here is an nvcc module on Hopper; flashinfer-cubin holds none of them.
     assert all("nvcc-missing" in blocking[c] for c in VLLM_CHOICES), blocking
     assert all(blocking[c] <= NO_TOOLKIT for c in VLLM_CHOICES), blocking
-    kernels = next(c for c in vllm["engine"]["choices"] if c["choice"] == "flashinfer-ops")
-    cubin = next(f for f in kernels["findings"] if f["code"] == "flashinfer-cubin-no-modules")
+    cubin = findings_of(vllm, "flashinfer-ops")["flashinfer-cubin-no-modules"]
     assert cubin["severity"] == "info"
     assert "kernel families batched_gemm, deep-gemm, fmha, gemm" in cubin["evidence"][0]
     assert "fused_moe_trtllm_sm100" in cubin["cause"] and "fmha_gen" in cubin["cause"]
     assert cubin["fixes"][0]["command"].startswith(f"pip install flashinfer-jit-cache=={VERSION} ")
+    assert cubin["fixes"][0]["command"].endswith("/cu130")  # torch's CUDA
+    report = doctor_output(env, "--engine", "vllm")
+    assert "note: [flashinfer-cubin-no-modules] flashinfer-cubin 0.6.6 holds kernel binaries" in report
     # SGLang's GDN decode and verify are CuTeDSL kernels: no toolkit needed, nothing blocks them.
     assert sglang_usable(sglang) == {"prefill": False, "decode": True, "verify": True}
     # doctor's GDN verdict: blocked for the nvcc module only, by the missing toolkit only.
@@ -212,18 +227,21 @@ def test_cubin_without_a_toolkit_keeps_the_cutedsl_paths_and_says_the_cubins_hol
 def test_a_matching_jit_cache_without_a_toolkit_keeps_every_flashinfer_choice(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    vllm, sglang = run_shape(tmp_path, Shape(jit_cache=True), module_library, stub_libcuda_dir)
+    vllm, sglang, _ = run_shape(tmp_path, Shape(jit_cache=True), module_library, stub_libcuda_dir)
     assert vllm_blocking(vllm) == {c: set() for c in VLLM_CHOICES}
     backend = vllm["backends"]["flashinfer"]
     assert backend["usable"] is True
     assert [f["code"] for f in backend["findings"]] == ["gdn-prebuilt-available"]
+    # vLLM's own has_flashinfer() wants nvcc or flashinfer-cubin: doctor says so, with the fix.
+    gate = findings_of(vllm, "flashinfer-ops")["vllm-gate-wants-cubin"]
+    assert gate["fixes"][0]["command"] == f"pip install flashinfer-cubin=={VERSION}"
     assert sglang_usable(sglang) == {"prefill": True, "decode": True, "verify": True}
 
 
 def test_without_toolkit_or_prebuilt_modules_only_the_cutedsl_paths_stand(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    vllm, sglang = run_shape(tmp_path, Shape(), module_library, stub_libcuda_dir)
+    vllm, sglang, _ = run_shape(tmp_path, Shape(), module_library, stub_libcuda_dir)
     blocking = vllm_blocking(vllm)
     assert all("nvcc-missing" in blocking[c] and blocking[c] <= NO_TOOLKIT for c in VLLM_CHOICES), blocking
     codes = {f["code"] for c in vllm["engine"]["choices"] for f in c["findings"]}
@@ -234,12 +252,12 @@ def test_without_toolkit_or_prebuilt_modules_only_the_cutedsl_paths_stand(
 def test_one_prebuilt_module_keeps_has_flashinfer_but_not_the_choices_it_does_not_cover(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    vllm, _ = run_shape(tmp_path, Shape(workspace=("norm",)), module_library, stub_libcuda_dir)
+    vllm, _, _ = run_shape(tmp_path, Shape(workspace=("norm",)), module_library, stub_libcuda_dir)
     blocking = vllm_blocking(vllm)
     # has_flashinfer() answers for every kernel behind it: False would turn off the norm module that loads.
     assert blocking["flashinfer-ops"] == set()
-    kernels = next(c for c in vllm["engine"]["choices"] if c["choice"] == "flashinfer-ops")
-    assert kernels["prebuilt"] == ["norm"]
+    row = next(c for c in vllm["engine"]["choices"] if c["choice"] == "flashinfer-ops")
+    assert row["prebuilt"] == ["norm"]
     assert all("nvcc-missing" in blocking[c] for c in VLLM_CHOICES if c != "flashinfer-ops"), blocking
 
 

@@ -26,6 +26,7 @@ from jitguard.decision.engine import (
     BUILD_DOOM,
     CACHED_FAILURE,
     GDN_PREFILL,
+    KERNELS,
     Choice,
     ChoiceStatus,
     ChoiceUnavailable,
@@ -123,12 +124,24 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
     arch_build, arch_always = for_choice(facts, choice.key)  # the GPU arch x toolkit check, per module kind
     pre = [*jit_preflight(facts), *arch_build]
     if fi.cubin_dir is not None and not jit_cache and any(f.code in BUILD_DOOM for f in pre):
-        known += _cubin_without_modules(facts, choice)
+        known += _cubin_without_modules(facts)
+    missing = [f.code.removesuffix("-missing") for f in pre if f.code in ("nvcc-missing", "ninja-missing")]
+    if choice is KERNELS and jit_cache and fi.cubin_version is None and missing:
+        known.append(
+            make(
+                "vllm-gate-wants-cubin",
+                backend="flashinfer",
+                evidence=[f"{fi.jit_cache_dir}: flashinfer-jit-cache {fi.jit_cache_version}", *missing],
+                missing=f"{' and '.join(missing)} cannot be found and flashinfer-cubin is not installed",
+                jit_cache_version=fi.jit_cache_version,
+                version=fi.version,
+            )
+        )
     return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
 
 
-def _cubin_without_modules(facts: Facts, choice: Choice) -> list[Finding]:
-    """Why flashinfer-cubin does not make ``choice`` work where its modules cannot be built: it holds kernel
+def _cubin_without_modules(facts: Facts) -> list[Finding]:
+    """Why flashinfer-cubin does not make a choice work where its modules cannot be built: it holds kernel
     binaries, no module (``facts.flashinfer_modules.cubin_kernels``)."""
     from jitguard.facts.flashinfer_modules import cubin_kernels
     from jitguard.findings.checks_packages import jit_cache_install_command
@@ -144,7 +157,6 @@ def _cubin_without_modules(facts: Facts, choice: Choice) -> list[Finding]:
                 f"{fi.cubin_dir}: kernel families {', '.join(f for f, _ in kernels) or 'none'}",
                 "no flashinfer-jit-cache of flashinfer-python's version: every module compiles on first use",
             ],
-            title=choice.title,
             cubin_version=fi.cubin_version,
             kernels=", ".join(f for f, _ in kernels) or "none found",
             launchers=", ".join(launchers) or "none",
