@@ -125,18 +125,8 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
     pre = [*jit_preflight(facts), *arch_build]
     if fi.cubin_dir is not None and not jit_cache and any(f.code in BUILD_DOOM for f in pre):
         known += _cubin_without_modules(facts)
-    missing = [f.code.removesuffix("-missing") for f in pre if f.code in ("nvcc-missing", "ninja-missing")]
-    if choice is KERNELS and jit_cache and fi.cubin_version is None and missing:
-        known.append(
-            make(
-                "vllm-gate-wants-cubin",
-                backend="flashinfer",
-                evidence=[f"{fi.jit_cache_dir}: flashinfer-jit-cache {fi.jit_cache_version}", *missing],
-                missing=f"{' and '.join(missing)} cannot be found and flashinfer-cubin is not installed",
-                jit_cache_version=fi.jit_cache_version,
-                version=fi.version,
-            )
-        )
+    if choice is KERNELS and jit_cache:
+        known += _vllm_gate_without_cubin(facts, pre)
     return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
 
 
@@ -161,6 +151,25 @@ def _cubin_without_modules(facts: Facts) -> list[Finding]:
             kernels=", ".join(f for f, _ in kernels) or "none found",
             launchers=", ".join(launchers) or "none",
             jit_cache_command=jit_cache_install_command(facts),
+        )
+    ]
+
+
+def _vllm_gate_without_cubin(facts: Facts, pre: Sequence[Finding]) -> list[Finding]:
+    """vLLM's has_flashinfer() wants nvcc and ninja, or flashinfer-cubin; a matching jit-cache it ignores. Where
+    that turns FlashInfer's prebuilt kernels off, say so (jitguard never turns vLLM's False into True)."""
+    fi = facts.flashinfer
+    missing = [f.code.removesuffix("-missing") for f in pre if f.code in ("nvcc-missing", "ninja-missing")]
+    if fi.cubin_version is not None or not missing:
+        return []
+    return [
+        make(
+            "vllm-gate-wants-cubin",
+            backend="flashinfer",
+            evidence=[f"{fi.jit_cache_dir}: flashinfer-jit-cache {fi.jit_cache_version}", *missing],
+            missing=f"{' and '.join(missing)} cannot be found and flashinfer-cubin is not installed",
+            jit_cache_version=fi.jit_cache_version,
+            version=fi.version,
         )
     ]
 
