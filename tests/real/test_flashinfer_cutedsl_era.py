@@ -176,7 +176,12 @@ def release(request: pytest.FixtureRequest) -> Release:
 
 @pytest.fixture(scope="module")
 def target(release: Release) -> Path:
-    """The cached --target directory holding the release (installed on first use)."""
+    return prepared(release)
+
+
+def prepared(release: Release) -> Path:
+    """The cached --target directory holding the release (installed on first use; skips, or fails under
+    CI=true, when it cannot be)."""
     root = release.target
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root.with_name(root.name + ".lock")), timeout=900):

@@ -115,6 +115,7 @@ class FlashinferFacts:
     cutlass_dsl_version: str | None
     cutlass_dsl_requirement: str | None  # flashinfer's own floor, e.g. ">=4.3.4"
     cutlass_dsl_satisfied: bool | None
+    cubin_dir: Path | None = None  # flashinfer-cubin's cubins/, when installed
 
     def gdn_supports(self, major: int, minor: int) -> bool:
         """Whether this FlashInfer's GDN prefill runs on compute capability major.minor."""
@@ -271,6 +272,7 @@ def probe(packages: PackageFacts, env: Mapping[str, str], *, arch: str | None = 
         cutlass_dsl_version=dsl_version,
         cutlass_dsl_requirement=str(dsl_req.specifier) if dsl_req is not None else None,
         cutlass_dsl_satisfied=dsl_ok,
+        cubin_dir=Path(cubin_pkg) / "cubins" if cubin_pkg else None,
     )
 
 

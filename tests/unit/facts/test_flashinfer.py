@@ -313,3 +313,34 @@ def test_probe_import_times_out(modules: dict[str, str]) -> None:
 def test_probe_import_rejects_non_module_names() -> None:
     with pytest.raises(ValueError, match="not a module name"):
         flashinfer.probe_import("os; import shutil")
+
+
+# --- flashinfer-cubin: kernel binaries, no module (the lists are read from the real wheels: tests/data/flashinfer-wheels)
+
+
+@pytest.mark.parametrize("version", ["0.6.6", "0.6.13"])
+def test_cubin_families_of_the_real_wheels_are_known_with_their_launchers(
+    tmp_path: Path, site: Path, version: str
+) -> None:
+    from jitguard.facts.flashinfer_modules import CUBIN_LAUNCHERS, cubin_kernels, prebuilt
+
+    listing = (
+        Path(__file__).resolve().parents[2]
+        / "data"
+        / "flashinfer-wheels"
+        / f"flashinfer_cubin-{version}.files"
+    )
+    make_dist(site, "flashinfer-cubin", version)
+    for name in listing.read_text().splitlines():
+        if name.startswith("#") or ".dist-info/" in name:
+            continue
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(f'__version__ = "{version}"\n' if name.endswith("_build_meta.py") else "")
+    (site / "flashinfer_cubin" / "cubins" / "flashinfer" / "trtllm").mkdir(
+        parents=True
+    )  # headers fetched later
+    facts = flashinfer.probe(packages.probe(), fi_env(tmp_path))
+    assert facts.cubin_version == version
+    assert facts.cubin_dir == site / "flashinfer_cubin" / "cubins"
+    assert cubin_kernels(facts) == tuple(sorted(CUBIN_LAUNCHERS.items()))
+    assert prebuilt(facts, ("fmha", "trtllm_gemm", "fused_moe", "sampling")) == ()  # no module among them
