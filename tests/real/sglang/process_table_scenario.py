@@ -67,6 +67,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         "has_table": isinstance(getattr(utils, "_BACKENDS", None), dict),
     }
     result["runs"] = [choose(utils, run) for run in spec["runs"]]
+    # `jitguard doctor --engine sglang`: the layout read from SGLang's installed files, without importing it
+    result["described"] = [[row["phase"], row["layout"]] for row in plugin.describe_choices()]
     return result
 
 

@@ -93,6 +93,8 @@ def test_jitguard_hooks_the_dict_layout(no_gpu: Result) -> None:
     assert result["sglang"] == VERSION and result["has_table"]
     assert result["registered"] and result["layout"] == "process-wide table"
     assert "the SGLang plugin" not in output  # no fault of jitguard's own (it read the 0.5.16 globals before)
+    table = "process-wide table"
+    assert result["described"] == [["prefill", table], ["decode", table], ["verify", table]]
 
 
 def test_triton_everywhere_is_untouched(no_gpu: Result) -> None:
