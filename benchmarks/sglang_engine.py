@@ -72,7 +72,7 @@ STAGES: engine_session.Stages = (
     ("allocating the KV and Mamba caches", re.compile(r"Load weight end")),
     (
         "capturing CUDA graphs (the first forwards: GDN prefill, Triton's compiles)",
-        re.compile(r"Capture cuda graph begin"),
+        re.compile(r"Capture .*graph begin"),
     ),
     ("the first request (1 token)", re.compile(r"^BENCH READY")),
     ("generating 8 tokens", re.compile(r"^BENCH TTFT")),
@@ -80,12 +80,13 @@ STAGES: engine_session.Stages = (
 )
 KEEP = re.compile(
     r"jitguard: |Linear attention kernel backend|JIT-compiled|cannot find -l|Build of |ninja: build stopped"
-    r"|Scheduler hit an exception|Error|error:|Capture cuda graph (begin|end)"
+    r"|Scheduler hit an exception|Error|error:|Capture .*graph (begin|end)"
 )
 VERDICT = re.compile(
     r"jitguard: (SGLang chose|FlashInfer .* was requested|FlashInfer .* passed pre-flight|FlashInfer .* failed)"
     r"|cannot find -lcuda|Build of \S+ failed|ninja: build stopped|Linear attention kernel backend"
 )
+GRAPHS = re.compile(r"Capture .*graph end\. elapsed=([\d.]+) s")
 EXPECTS = ("serves", "stops", "fails or hangs", "serves or still building")
 
 
@@ -164,6 +165,7 @@ class Row:
     ended_in: str = ""
     peak_compilers: int = 0
     objects_built: int = 0
+    graphs_s: float = 0.0  # CUDA graph capture, SGLang's own "elapsed"
     lines: list[str] = field(default_factory=list)
     ok: bool = False
     log: str = ""
@@ -255,6 +257,8 @@ def read_run(row: Row, done: engine_session.EngineRun) -> None:
     for seconds, line in done.lines:
         if row.verdict_s is None and VERDICT.search(line):
             row.verdict_s = seconds
+        if graphs := GRAPHS.search(line):
+            row.graphs_s += float(graphs.group(1))
         if KEEP.search(line) and len(row.lines) < 14:
             row.lines.append(f"[{seconds:6.1f} s] {line[:400]}")
     row.exit = "limit" if done.timed_out else str(done.status)
@@ -371,7 +375,9 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
         "offline `Engine`, a tiny random-weight Qwen3-Next (4 layers: 3 GDN with the real model's heads, K = V "
         "= 128; MoE), `load_format=dummy`, `skip_tokenizer_init`, SGLang's defaults otherwise (CUDA graphs on). "
         "Times in seconds from the engine's start: the first line saying what happens with FlashInfer (a "
-        "jitguard verdict, stock's error, or SGLang's own backend line), ready, time to first token."
+        "jitguard verdict, stock's error, or SGLang's own backend line), ready; graphs: SGLang's CUDA graph "
+        "capture (inside ready); TTFT: the first 1-token request (GDN prefill's first call: a FlashInfer JIT "
+        "build happens there)."
     )
     out.append("")
     for m in meta:
@@ -384,13 +390,15 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
         out += [f"  - {n}" for n in m.get("notes", [])]
     out += [
         "",
-        "| row | SGLang | engine | exit | verdict | ready | TTFT | tokens | ended in | compilers (objects) | as expected |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| row | SGLang | engine | exit | verdict | ready | graphs | TTFT | tokens | ended in | compilers (objects) "
+        "| as expected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         exit_ = f"killed at {r['limit_s']:g} s" if r["exit"] == "limit" else r["exit"]
         out.append(
             f"| {r['row']} | {r['sglang']} | {r['name']} | {exit_} | {_n(r['verdict_s'])} | {_n(r['ready_s'])} | "
+            f"{_n(r.get('graphs_s') or None)} | "
             f"{_n(r['ttft_s'], 2)} | {r['generated'] if r['generated'] is not None else '-'} | {r['ended_in']} | "
             f"{r['peak_compilers']} ({r['objects_built']}) | {'yes' if r['ok'] else 'NO'} ({r['expect']}) |"
         )

@@ -141,7 +141,7 @@ def test_the_table_is_rendered_from_result_files(tmp_path: Path) -> None:
     results.write_text("\n".join(json.dumps(x) for x in (meta, vars(stopped), vars(killed))) + "\n")
     assert bench.main(["--table", str(results), "--out", str(tmp_path)]) == 0
     table = (tmp_path / "sglang_engine.md").read_text()
-    assert "| a | 0.5.15 | x | 1 | 31.5 | - |" in table and "yes (stops)" in table
+    assert "| a | 0.5.15 | x | 1 | 31.5 | - | - |" in table and "yes (stops)" in table
     assert "killed at 120 s" in table and "16 (0)" in table
     assert "`python3 benchmarks/sglang_engine.py --rows a`" in table and "  - libcuda hidden" in table
     assert "[  31.5 s] jitguard: ... was requested" in table
@@ -259,3 +259,17 @@ def test_parts_unpack_into_the_site(tmp_path: Path) -> None:
     names = sorted(str(p) for p in parts.iterdir())
     assert len(names) > 1 and unpack.main([str(tmp_path / "dest"), *reversed(names)]) == 0
     assert (tmp_path / "dest" / "site" / "pkg" / "blob.bin").read_bytes() == data
+
+
+def test_a_run_is_read_from_sglangs_own_log_lines() -> None:
+    session = load("engine_session")
+    lines = [
+        (12.0, "[2026-12-02 12:00:00] Linear attention kernel backend: decode=triton, prefill=triton"),
+        (40.5, "[2026-12-02 12:00:28] Capture target decode cuda graph end. elapsed=7.25 s, mem usage=0.5 GB."),
+        (41.0, "BENCH READY 123.4"),
+    ]
+    done = session.EngineRun(limit_s=200.0, status=0, ready_s=41.0, ttft_s=0.2, generated=8, lines=lines)
+    read = row(expect="serves")
+    bench.read_run(read, done)
+    assert read.verdict_s == 12.0 and read.graphs_s == 7.25 and read.exit == "0" and read.generated == 8
+    assert read.lines[0].startswith("[  12.0 s]") and "Capture target decode" in read.lines[1]
