@@ -55,7 +55,7 @@ HOST_STACK = re.compile(
 )
 # Packages a tiny GDN model's start on an H200 never imports, read from SGLang 0.5.15 - 0.5.17's code: lazily
 # imported behind a kernel, model family or feature the start does not use. Each is left out only while no
-# module of the release's ``sglang/srt`` imports it unguarded (at column 0) outside the ``LAZY`` paths named for
+# module of the release's ``sglang`` package (its tests aside) imports it unguarded (at column 0) outside the ``LAZY`` paths named for
 # it (``imported_at_start``): e.g. 0.5.16+ import xgrammar from a function-call parser that server_args imports.
 DROP = {
     "flashinfer-cubin": "prebuilt TRT-LLM cubins (SM100 kernels); FlashInfer JIT-builds what SM90 runs",
@@ -119,8 +119,10 @@ LAZY = {  # where an unguarded import of a left-out package is fine: modules onl
     "xgrammar": ("constrained/xgrammar_backend.py",),
     "llguidance": ("constrained/llguidance_backend.py",),
 }
-# Pinned by SGLang at a version the host does not have: carried even though the host has the package.
-OVER_HOST = ("transformers",)
+# Pinned at a version the host does not have: carried even though the host has the package (transformers at
+# SGLang's pin; tokenizers at what that transformers accepts, which excludes the host's newer one: transformers
+# refuses to import otherwise).
+OVER_HOST = ("transformers", "tokenizers")
 # The CuTeDSL: FlashInfer's GDN kernels need it in every era (SGLang's FlashInfer GDN loader imports the CuTeDSL
 # decode module beside the nvcc-built prefill). Its CUDA-13 libs wheel and -libs-base list the same paths in
 # some versions (the one extracted last wins): -libs-base is left out when they overlap (``overlapping``).
@@ -191,7 +193,8 @@ def decide(
     ``imported``: per dropped candidate, the SGLang modules that import it unguarded (those keep it)."""
     plan = Plan(sglang, flashinfer)
     drops = dict(DROP)
-    drops.update({n: "ipython's dependency" for n in DROP_WITH_IPYTHON})
+    if not (imported or {}).get("ipython"):  # its dependencies go only with it
+        drops.update({n: "ipython's dependency" for n in DROP_WITH_IPYTHON})
     for name, version in resolved:
         key, pinned = norm(name), f"{name}=={version}"
         users = (imported or {}).get(key, [])
@@ -207,8 +210,9 @@ def decide(
 
 
 def imported_at_start(wheel: Path, names: list[str]) -> dict[str, list[str]]:
-    """name -> the ``sglang/srt`` modules of ``wheel`` that import it at column 0 (unguarded: importing the
-    module imports it), outside the paths ``LAZY`` names for it."""
+    """name -> the ``sglang`` modules of ``wheel`` that import it at column 0 (unguarded: importing the
+    module imports it), outside its tests and the ``sglang/srt`` paths ``LAZY`` names for it. The whole package
+    counts: ``import sglang`` itself runs ``sglang/utils.py``, which imports IPython."""
     modules = {n: MODULES.get(n, n.replace("-", "_")) for n in names}
     pattern = {
         n: re.compile(rf"^(?:import|from) {re.escape(m)}(?:[. ]|$)", re.M) for n, m in modules.items() if m
@@ -216,12 +220,15 @@ def imported_at_start(wheel: Path, names: list[str]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     with zipfile.ZipFile(wheel) as z:
         for member in z.namelist():
-            if not (member.startswith("sglang/srt/") and member.endswith(".py")):
+            if not (member.startswith("sglang/") and member.endswith(".py")) or member.startswith(
+                "sglang/test/"
+            ):
                 continue
             text = z.read(member).decode("utf-8", "replace")
             for name, regex in pattern.items():
                 lazy = LAZY.get(name, ())
-                if regex.search(text) and not member[len("sglang/srt/") :].startswith(lazy):
+                in_lazy = member.startswith("sglang/srt/") and member[len("sglang/srt/") :].startswith(lazy)
+                if regex.search(text) and not in_lazy:
                     found.setdefault(name, []).append(member)
     return found
 
