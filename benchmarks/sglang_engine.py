@@ -22,7 +22,19 @@ minute left is not started, with a note):
   a: jitguard 120, stock 120 (run last of a+b)      b: jitguard 200, stock 200
   c: jitguard build 330, restart 150, stock what is left       d: 240, 150, 200, 150
 
-On the device (the payloads: ``benchmarks/sglang_payload.py``; carried and unpacked as its header says):
+The payloads: ``python3 benchmarks/sglang_payload.py 0.5.15 .gpu/sglang0515`` (and 0.5.17 into
+``.gpu/sglang0517``), in the checkout the device calls send. A call carries at most 64 MiB and the host keeps
+/tmp only while warm (30 s after a call), so the parts go one per call, back to back, the smallest (the last
+part) with the zstandard wheel and ``unpack.py``; the call that carries the last one unpacks and runs:
+
+    call 1, carry [P/part.2, P/zstandard-0.25.0-...whl, P/unpack.py]:  mkdir -p /tmp/p15 && cp P/* /tmp/p15/
+    call 2, carry [P/part.0]:                                          cp P/part.0 /tmp/p15/
+    call 3, carry [P/part.1]:  cp P/part.1 /tmp/p15/ && python3 -m pip install -q --no-index --no-deps
+        --target /tmp/zst /tmp/p15/zstandard-*.whl && PYTHONPATH=/tmp/zst python3 /tmp/p15/unpack.py /tmp/s15
+        /tmp/p15/part.* && rm /tmp/p15/part.* && python3 benchmarks/sglang_engine.py --rows a,b
+        --site /tmp/s15/site --out $OUT --budget 520
+
+(P = .gpu/sglang0515; ``payload.json`` beside the parts lists them.) Then, while the host is warm:
 
     python3 benchmarks/sglang_engine.py --rows a,b --site /tmp/s15/site --out $OUT        # ~8 min
     python3 benchmarks/sglang_engine.py --rows c   --site /tmp/s15/site --out $OUT        # ~9 min

@@ -82,6 +82,9 @@ DROP = {
     "anthropic": "the Anthropic-compatible API adapter (lazy)",
     "mistral-common": "Mistral tokenizers",
     "pycountry": "mistral-common's dependency",
+    "helion": "Helion MoE kernels (an opt-in Triton MoE runner)",
+    "humming-kernels": "Humming MXFP4 quantized MoE kernels",
+    "nccl4py": "NCCL's Python bindings for the kernels above (SGLang uses torch.distributed's NCCL)",
 }
 DROP_WITH_IPYTHON = (
     "jedi",
@@ -108,6 +111,8 @@ MODULES = {  # import name, where it is not the distribution's
     "py-spy": "",
     "nvidia-mathdx": "",
     "tokenspeed-triton": "",
+    "humming-kernels": "humming",
+    "nccl4py": "nccl",
 }
 LAZY = {  # where an unguarded import of a left-out package is fine: modules only its feature imports
     "tilelang": ("layers/attention/dsa/", "layers/attention/dsv4/", "layers/attention/nsa/"),
@@ -118,6 +123,8 @@ LAZY = {  # where an unguarded import of a left-out package is fine: modules onl
     "torchcodec": ("multimodal/",),
     "xgrammar": ("constrained/xgrammar_backend.py",),
     "llguidance": ("constrained/llguidance_backend.py",),
+    "helion": ("layers/moe/moe_runner/triton_utils/helion_utils.py",),
+    "humming-kernels": ("layers/quantization/humming_utils.py",),
 }
 # Pinned at a version the host does not have: carried even though the host has the package (transformers at
 # SGLang's pin; tokenizers at what that transformers accepts, which excludes the host's newer one: transformers
@@ -252,6 +259,7 @@ def prune(site: Path, *, fa3: bool) -> dict[str, int]:
     if not fa3:
         victims += list(kernel.glob("flash_ops*.so"))
     victims += [p for p in site.glob("*/include") if p.parent.name.startswith(("xgrammar", "tvm_ffi"))]
+    victims += list(site.glob("xgrammar/lib/*.a"))  # the static library, for C++ users; Python loads the .so
     victims += [site / "bin", *site.glob("sglang/test"), *site.glob("sglang/multimodal_gen/test")]
     removed: dict[str, int] = {}
     for path in victims:

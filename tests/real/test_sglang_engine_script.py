@@ -223,6 +223,8 @@ def test_the_pruned_site_keeps_what_an_h200_loads(tmp_path: Path) -> None:
         "sgl_kernel/flashmla_ops.abi3.so",
         "sgl_kernel/__init__.py",
         "bin/sglang",
+        "xgrammar/lib/libxgrammar.a",
+        "xgrammar/libxgrammar_bindings.so",
         "sglang/test/t.py",
         "sglang/srt/x.py",
         "sglang/srt/__pycache__/x.pyc",
@@ -236,9 +238,15 @@ def test_the_pruned_site_keeps_what_an_h200_loads(tmp_path: Path) -> None:
         "sgl_kernel/flashmla_ops.abi3.so",
         "bin",
         "sglang/test",
+        "xgrammar/lib/libxgrammar.a",
     }
     left = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
-    assert left == ["sgl_kernel/__init__.py", "sgl_kernel/sm90/common_ops.abi3.so", "sglang/srt/x.py"]
+    assert left == [
+        "sgl_kernel/__init__.py",
+        "sgl_kernel/sm90/common_ops.abi3.so",
+        "sglang/srt/x.py",
+        "xgrammar/libxgrammar_bindings.so",
+    ]
 
 
 def test_parts_unpack_into_the_site(tmp_path: Path) -> None:
@@ -265,7 +273,10 @@ def test_a_run_is_read_from_sglangs_own_log_lines() -> None:
     session = load("engine_session")
     lines = [
         (12.0, "[2026-12-02 12:00:00] Linear attention kernel backend: decode=triton, prefill=triton"),
-        (40.5, "[2026-12-02 12:00:28] Capture target decode cuda graph end. elapsed=7.25 s, mem usage=0.5 GB."),
+        (
+            40.5,
+            "[2026-12-02 12:00:28] Capture target decode cuda graph end. elapsed=7.25 s, mem usage=0.5 GB.",
+        ),
         (41.0, "BENCH READY 123.4"),
     ]
     done = session.EngineRun(limit_s=200.0, status=0, ready_s=41.0, ttft_s=0.2, generated=8, lines=lines)
