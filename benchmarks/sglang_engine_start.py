@@ -6,7 +6,7 @@
 
 The model is ``vllm_engine_start.write_model``'s: 4 layers (3 GDN, 1 full attention, MoE) with the real
 model's GDN heads (K = V = 128), written by the transformers SGLang reads it with, plus the real checkpoints'
-``full_attention_interval`` (SGLang's own config class reads it). ``serve`` names the
+``full_attention_interval`` and ``torch_dtype`` (``as_real_checkpoint``). ``serve`` names the
 linear-attention prefill backend (``auto``: SGLang chooses) and the full-attention backend (``fa3``, SGLang's
 own default on an H200, needs sgl_kernel's FA3 build; ``triton`` when the payload left it out), with
 ``load_format="dummy"`` and ``skip_tokenizer_init`` (no download, no tokenizer) and SGLang's defaults
@@ -56,12 +56,15 @@ def serve(model: str, prefill: str, attention: str) -> int:
     return 0
 
 
-def with_interval(config: Path) -> None:
-    """Add ``full_attention_interval`` (the real checkpoints' key, which transformers 5 writes as
-    ``layer_types`` only): SGLang's own Qwen3NextConfig places its GDN and full-attention layers by it."""
+def as_real_checkpoint(config: Path) -> None:
+    """Add what the real checkpoints' config.json holds and transformers 5 does not write: its
+    ``full_attention_interval`` (SGLang's own Qwen3NextConfig places its GDN and full-attention layers by it)
+    and its ``torch_dtype`` bfloat16 (without one SGLang's ``dtype="auto"`` serves in float16 while its Mamba
+    state cache stays bfloat16, and its causal-conv1d Triton kernel fails to compile on the mix)."""
     data = json.loads(config.read_text())
     full = [i for i, kind in enumerate(data.get("layer_types", [])) if kind == "full_attention"]
     data["full_attention_interval"] = full[0] + 1 if full else 4
+    data["torch_dtype"] = "bfloat16"
     config.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -71,7 +74,7 @@ def main(argv: list[str]) -> int:
         from vllm_engine_start import write_model
 
         write_model(Path(argv[1]))
-        with_interval(Path(argv[1]) / "config.json")
+        as_real_checkpoint(Path(argv[1]) / "config.json")
         return 0
     if len(argv) == 4 and argv[0] == "serve" and argv[2] in ("auto", "triton", "flashinfer"):
         return serve(argv[1], argv[2], argv[3])
