@@ -360,16 +360,38 @@ def machine(site: Path, rows: list[str], notes: list[str]) -> dict[str, Any]:
     }
 
 
+FAILURE = re.compile(r"\b((?:\w+\.)*[A-Z]\w*(?:Error|Exception|Unavailable)): (.+)$")
+
+
 def load(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The rows and the run records (machine, command, notes) of result files."""
+    """The rows and the run records (machine, command, notes) of result files; each row that did not serve
+    gets ``failure``: the last exception line of its log (``log``, beside the result file), when it has one."""
     rows: list[dict[str, Any]] = []
     meta: list[dict[str, Any]] = []
     for path in paths:
         for line in path.read_text().splitlines():
             if line.strip():
                 data = json.loads(line)
-                (meta if "machine" in data else rows).append(data)
+                if "machine" in data:
+                    meta.append(data)
+                    continue
+                if data.get("generated") != 8 and data.get("log"):
+                    data["failure"] = failure_in(path.parent / data["log"])
+                rows.append(data)
     return rows, meta
+
+
+def failure_in(log: Path) -> str | None:
+    """The last ``SomeError: message`` line of an engine's log, cut to one table cell; None without one."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = [m for line in text.splitlines() if (m := FAILURE.search(line))]
+    if not found:
+        return None
+    kind, message = found[-1].group(1).rsplit(".", 1)[-1], found[-1].group(2)
+    return f"{kind}: {message[:160]}".replace("|", "/")
 
 
 ROW_TITLES = {
@@ -403,8 +425,8 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
     out += [
         "",
         "| row | SGLang | engine | exit | verdict | ready | graphs | TTFT | tokens | ended in | compilers (objects) "
-        "| as expected |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| as expected | what failed (the log's last exception) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         exit_ = f"killed at {r['limit_s']:g} s" if r["exit"] == "limit" else r["exit"]
@@ -412,7 +434,8 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
             f"| {r['row']} | {r['sglang']} | {r['name']} | {exit_} | {_n(r['verdict_s'])} | {_n(r['ready_s'])} | "
             f"{_n(r.get('graphs_s') or None)} | "
             f"{_n(r['ttft_s'], 2)} | {r['generated'] if r['generated'] is not None else '-'} | {r['ended_in']} | "
-            f"{r['peak_compilers']} ({r['objects_built']}) | {'yes' if r['ok'] else 'NO'} ({r['expect']}) |"
+            f"{r['peak_compilers']} ({r['objects_built']}) | {'yes' if r['ok'] else 'NO'} ({r['expect']}) | "
+            f"{r.get('failure') or '-'} |"
         )
     out += ["", "## What each engine logged", ""]
     for r in rows:

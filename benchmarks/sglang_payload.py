@@ -258,7 +258,9 @@ def prune(site: Path, *, fa3: bool) -> dict[str, int]:
     victims = [kernel / "sm100", *kernel.glob("flashmla_ops*.so")]
     if not fa3:
         victims += list(kernel.glob("flash_ops*.so"))
-    victims += [p for p in site.glob("*/include") if p.parent.name.startswith(("xgrammar", "tvm_ffi"))]
+    # xgrammar's C++ headers are for C++ users; TVM-FFI's stay: its load_inline (SGLang's and FlashInfer's JIT
+    # kernels) compiles against them, and without them every JIT build fails ("Cannot find include path").
+    victims += list(site.glob("xgrammar*/include"))
     victims += list(site.glob("xgrammar/lib/*.a"))  # the static library, for C++ users; Python loads the .so
     victims += [site / "bin", *site.glob("sglang/test"), *site.glob("sglang/multimodal_gen/test")]
     removed: dict[str, int] = {}

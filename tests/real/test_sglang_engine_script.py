@@ -145,6 +145,25 @@ def test_the_table_is_rendered_from_result_files(tmp_path: Path) -> None:
     assert "killed at 120 s" in table and "16 (0)" in table
     assert "`python3 benchmarks/sglang_engine.py --rows a`" in table and "  - libcuda hidden" in table
     assert "[  31.5 s] jitguard: ... was requested" in table
+    assert "| - |" in table  # a row that did not serve but left no log names no failure
+
+
+def test_a_row_that_did_not_serve_names_the_last_exception_of_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "b.log"
+    log.parent.mkdir()
+    log.write_text(
+        "[  40.0 s] RuntimeError: a first failure, retried\n"
+        '[  60.9 s]     raise RuntimeError("Cannot find include path.")\n'
+        "[  60.9 s] RuntimeError: Cannot find include path.\n"
+        "[  61.0 s] Received sigquit from a child process.\n"
+    )
+    died = row(name="stock", jitguard=False, exit="-9", expect="serves", log="logs/b.log")
+    served = row(exit="0", generated=8, expect="serves", ok=True, log="logs/b.log")
+    results = tmp_path / "sglang_engine.jsonl"
+    results.write_text("\n".join(json.dumps(vars(x)) for x in (died, served)) + "\n")
+    rows, _ = bench.load([results])
+    assert rows[0]["failure"] == "RuntimeError: Cannot find include path."
+    assert "failure" not in rows[1]
     (tmp_path / "broken.jsonl").write_text("{not json\n")
     assert bench.main(["--table", str(tmp_path / "broken.jsonl"), "--out", str(tmp_path)]) == 2
 
@@ -228,6 +247,8 @@ def test_the_pruned_site_keeps_what_an_h200_loads(tmp_path: Path) -> None:
         "sglang/test/t.py",
         "sglang/srt/x.py",
         "sglang/srt/__pycache__/x.pyc",
+        "tvm_ffi/include/tvm/ffi/c_api.h",
+        "xgrammar/include/xgrammar/xgrammar.h",
     ):
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_bytes(b"12345")
@@ -239,12 +260,14 @@ def test_the_pruned_site_keeps_what_an_h200_loads(tmp_path: Path) -> None:
         "bin",
         "sglang/test",
         "xgrammar/lib/libxgrammar.a",
+        "xgrammar/include",
     }
     left = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
     assert left == [
         "sgl_kernel/__init__.py",
         "sgl_kernel/sm90/common_ops.abi3.so",
         "sglang/srt/x.py",
+        "tvm_ffi/include/tvm/ffi/c_api.h",  # TVM-FFI's load_inline compiles every JIT kernel against it
         "xgrammar/libxgrammar_bindings.so",
     ]
 
