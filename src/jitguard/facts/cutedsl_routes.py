@@ -42,7 +42,9 @@ SKIPPED = ("flashinfer.data.", DISK_CACHE_MODULE, MEMORY_CACHE_MODULE)
 class ModuleRoute:
     module: str  # "flashinfer.gdn_kernels.blackwell.gdn_prefill"
     route: Route
-    archs: tuple[str, ...]  # what the module's name says ("sm90", "sm100+" for blackwell); () when it says none
+    archs: tuple[
+        str, ...
+    ]  # what the module's name says ("sm90", "sm100+" for blackwell); () when it says none
 
 
 def _called_names(tree: ast.AST) -> set[str]:
@@ -98,9 +100,17 @@ def archs_of(module: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _parse(path: Path) -> ast.Module | None:
+# Every route is spelled with one of these in the source: a file without any of them compiles no CuTeDSL
+# kernel, and is not parsed (a FlashInfer release holds thousands of Python files).
+_SPELLINGS = (b"cute.compile", MEMORY_CACHE_FUNCTION.encode(), *(n.encode() for n in sorted(DISK_CACHE_NAMES)))
+
+
+def _parse(path: Path, *, only_if_named: bool = False) -> ast.Module | None:
     try:
-        return ast.parse(path.read_bytes(), filename=str(path))
+        data = path.read_bytes()
+        if only_if_named and not any(spelling in data for spelling in _SPELLINGS):
+            return None
+        return ast.parse(data, filename=str(path))
     except (OSError, SyntaxError, ValueError):
         return None
 
@@ -114,7 +124,7 @@ def routes(package_dir: Path) -> tuple[ModuleRoute, ...]:
         module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
         if module.startswith(SKIPPED):
             continue
-        tree = _parse(path)
+        tree = _parse(path, only_if_named=True)
         route = route_of(tree) if tree is not None else None
         if route is not None:
             found.append(ModuleRoute(module, route, archs_of(module)))

@@ -54,6 +54,7 @@ from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl import dsl_environment, dsl_stack
+from jitguard.facts.cutedsl_routes import persists_itself
 from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
@@ -84,6 +85,15 @@ def route(module: ModuleType) -> bool:
     with _lock:
         if patches.is_wrapped(module, FUNCTION):
             return True
+        if _flashinfer_persists(module):
+            _warn_once(
+                "flashinfer-disk",
+                "jitguard: this FlashInfer keeps these CuTeDSL kernels on disk itself (%s compiles through "
+                "flashinfer.jit.cute_dsl_core); jitguard's kernel cache stands aside for them",
+                module.__name__,
+                level=logging.INFO,
+            )
+            return False
         current = getattr(module, FUNCTION, None)
         known = isinstance(getattr(module, "_in_mem_compile_cache", None), dict) and callable(
             getattr(module, "_compile_options_key", None)
@@ -100,6 +110,13 @@ def route(module: ModuleType) -> bool:
         return patches.wrap(
             module, FUNCTION, lambda original: _persisting(module, original), rebind_under="flashinfer"
         )
+
+
+def _flashinfer_persists(module: ModuleType) -> bool:
+    """Whether FlashInfer's compile cache writes to FlashInfer's own disk cache (``facts.cutedsl_routes``):
+    then a kernel kept by jitguard too would be a second copy, so jitguard defers."""
+    source = getattr(module, "__file__", None)
+    return bool(source) and persists_itself(Path(str(source)))
 
 
 def unroute(module: ModuleType) -> None:

@@ -156,6 +156,9 @@ _STOCK: Any = object()
 def _guarded_build_and_load(original: Any) -> Any:
     @functools.wraps(original)
     def build_and_load(self: Any) -> Any:
+        if not _is_nvcc_spec(self):  # a CuTeDSL kernel FlashInfer keeps on its own disk cache
+            return original(self)
+
         def supervised() -> Any:
             # Stock behaviour when jitguard is switched off after install, for prebuilt (AOT) modules, and when
             # FlashInfer's JIT is disabled (it raises its own MissingJITCacheError, which callers expect).
@@ -171,6 +174,15 @@ def _guarded_build_and_load(original: Any) -> Any:
         return original(self) if loaded is _STOCK else loaded
 
     return build_and_load
+
+
+def _is_nvcc_spec(spec: Any) -> bool:
+    """Whether ``spec`` is one of FlashInfer's nvcc modules. From 0.6.18 one ``JitSpec`` base serves both its
+    nvcc modules (``JitSpecNvcc``) and its CuTeDSL kernels (``JitSpecCuteDsl``, compiled in-process and kept
+    in FlashInfer's own disk cache): only the nvcc ones are jitguard's to build; the others stay FlashInfer's,
+    so no kernel is compiled or kept twice."""
+    nvcc = getattr(sys.modules.get(CORE_MODULE), "JitSpecNvcc", None)
+    return not isinstance(nvcc, type) or isinstance(spec, nvcc)
 
 
 def _guarded_run_ninja(original: Any) -> Any:
