@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flashinfer_releases import prepared, release_env
 
+from flashinfer_releases import prepared, release_env
 from jitguard.facts.cutedsl_routes import DISK, MEMORY, has_disk_cache, persists_itself, routes
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -34,6 +33,7 @@ CACHE_FILE = Path("flashinfer/gdn_kernels/delta_rule_dsl/custom_compile_cache.py
 
 SCRIPT = r"""
 import json, logging, sys, types
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)  # before install(): what the import hook says
 import torch
 torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(multi_processor_count=132)
 torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
@@ -71,7 +71,6 @@ class Tiny(ccc.KeyedCompileMixin):
     def __call__(self, a: cute.Tensor, n: cutlass.Int32):
         pass
 
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 a = from_dlpack(torch.zeros(32)).mark_layout_dynamic()
 arch = (cute.GPUArch("sm_90a"),)
 route = sys.argv[1]
