@@ -102,7 +102,11 @@ def archs_of(module: str) -> tuple[str, ...]:
 
 # Every route is spelled with one of these in the source: a file without any of them compiles no CuTeDSL
 # kernel, and is not parsed (a FlashInfer release holds thousands of Python files).
-_SPELLINGS = (b"cute.compile", MEMORY_CACHE_FUNCTION.encode(), *(n.encode() for n in sorted(DISK_CACHE_NAMES)))
+_SPELLINGS = (
+    b"cute.compile",
+    MEMORY_CACHE_FUNCTION.encode(),
+    *(n.encode() for n in sorted(DISK_CACHE_NAMES)),
+)
 
 
 def _parse(path: Path, *, only_if_named: bool = False) -> ast.Module | None:

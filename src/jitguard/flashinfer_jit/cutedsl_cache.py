@@ -27,6 +27,12 @@ holds no path, so hosts with the same stack and arch agree; sha256-verified by t
 before it is kept), and a kernel compiled here is published (``JITGUARD_SHARE_PUBLISH=1``), as FlashInfer's
 nvcc modules are (``fleet.module_share``): a store that fails is one warning and a local compile.
 
+Never both caches for one kernel: kernels FlashInfer keeps in its own CuTeDSL disk cache
+(``flashinfer.jit.cute_dsl_core``, >= 0.6.18: Blackwell GDN prefill and GDN decode from 0.7) never pass through
+``cached_compile``, and a ``cached_compile`` that FlashInfer itself made persistent (``facts.cutedsl_routes``) is
+left unrouted: jitguard defers to FlashInfer, whose cache is kept in step with its kernels, rather than keep a
+second copy that could go stale (docs/cutedsl.md).
+
 Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
 object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
 and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller

@@ -5,7 +5,9 @@ hook on ``sys.meta_path``, so ``import jitguard`` and ``install()`` never import
 once when it already is:
 
 - ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
-  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded);
+  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded), for nvcc
+  modules only: from 0.6.18 the same base also serves ``JitSpecCuteDsl``, FlashInfer's own CuTeDSL disk cache,
+  which jitguard leaves to FlashInfer (docs/cutedsl.md);
 - ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
