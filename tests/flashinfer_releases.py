@@ -82,3 +82,18 @@ def release_env(workdir: Path, *path: Path) -> dict[str, str]:
     env["JITGUARD_CACHE_DIR"] = str(workdir / "jitguard-cache")
     env["FLASHINFER_WORKSPACE_BASE"] = str(workdir / "flashinfer-workspace")
     return env
+
+
+# A real CuTeDSL kernel written as FlashInfer writes them (a KeyedCompileMixin of its compile cache, ``ccc``), with
+# a host function that launches nothing, so it compiles for sm_90a and runs here with no GPU: the scripts that
+# exercise FlashInfer's compile caches with the real DSL paste it in.
+TINY_KERNEL = r"""
+class Tiny(ccc.KeyedCompileMixin):
+    def __init__(self, needs_alpha):
+        self.needs_alpha = needs_alpha
+        self.manual_cache_key("needs_alpha")
+
+    @cute.jit
+    def __call__(self, a: cute.Tensor, n: cutlass.Int32):
+        pass
+"""

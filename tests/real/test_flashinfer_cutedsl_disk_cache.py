@@ -24,14 +24,15 @@ from typing import Any
 
 import pytest
 
-from flashinfer_releases import prepared, release_env
+from flashinfer_releases import TINY_KERNEL, prepared, release_env
 from jitguard.facts.cutedsl_routes import DISK, MEMORY, has_disk_cache, persists_itself, routes
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 VERSION = "0.7.4"
 CACHE_FILE = Path("flashinfer/gdn_kernels/delta_rule_dsl/custom_compile_cache.py")
 
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 import json, logging, sys, types
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)  # before install(): what the import hook says
 import torch
@@ -62,14 +63,9 @@ from flashinfer.jit.cute_dsl_core import build_and_load_cute_dsl_kernel
 from flashinfer.gdn_kernels.delta_rule_dsl import custom_compile_cache as ccc
 from jitguard.flashinfer_jit.cutedsl_cache import is_routed
 
-class Tiny(ccc.KeyedCompileMixin):
-    def __init__(self, needs_alpha):
-        self.needs_alpha = needs_alpha
-        self.manual_cache_key("needs_alpha")
-
-    @cute.jit
-    def __call__(self, a: cute.Tensor, n: cutlass.Int32):
-        pass
+"""
+    + TINY_KERNEL
+    + r"""
 
 a = from_dlpack(torch.zeros(32)).mark_layout_dynamic()
 arch = (cute.GPUArch("sm_90a"),)
@@ -88,6 +84,7 @@ print("RESULT " + json.dumps({
     "flashinfer_objects": sorted(p.name for p in jit_env.FLASHINFER_JIT_DIR.rglob("*.o")),
 }))
 """
+)
 
 # What a FlashInfer whose memory-only compile cache became persistent would run instead of its bare compile.
 PERSISTENT_COMPILE = """compiled_fn = __import__("flashinfer.jit.cute_dsl_core", fromlist=["x"]).build_and_load_cute_dsl_kernel(

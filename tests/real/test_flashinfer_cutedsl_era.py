@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from flashinfer_releases import prepared, release_dir
+from flashinfer_releases import TINY_KERNEL, prepared, release_dir
 from flashinfer_releases import release_env as _env
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -453,14 +453,9 @@ from jitguard.flashinfer_jit.cutedsl_cache import is_routed
 import cutlass, cutlass.cute as cute, torch
 from cutlass.cute.runtime import from_dlpack
 
-class Tiny(ccc.KeyedCompileMixin):
-    def __init__(self, needs_alpha):
-        self.needs_alpha = needs_alpha
-        self.manual_cache_key("needs_alpha")
-
-    @cute.jit
-    def __call__(self, a: cute.Tensor, n: cutlass.Int32):
-        pass
+"""
+    + TINY_KERNEL
+    + r"""
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 a = from_dlpack(torch.zeros(32)).mark_layout_dynamic()
