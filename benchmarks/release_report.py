@@ -39,7 +39,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from release_report_text import PACKAGES, PINNED, blocking, markdown
 
 from jitguard import __version__
-from jitguard.facts.cutedsl_routes import MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
+from jitguard.decision.engine_release import covers
+from jitguard.facts.cutedsl_routes import BARE, MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
 from jitguard.facts.flashinfer import era_of
 from jitguard.facts.source_names import FOUND, find_name
 from jitguard.integrations import flashinfer_names, sglang
@@ -140,7 +141,12 @@ def pins(tree: Tree) -> dict[str, str]:
 def read_vllm(tree: Tree) -> dict[str, Any]:
     path = [str(tree.root)]
     sites = [
-        {**site.to_json(), "title": site.choice.title, "state": find_name(site.module, site.target, path)}
+        {
+            **site.to_json(),
+            "title": site.choice.title,
+            "state": find_name(site.module, site.target, path),
+            "expected": covers(site.releases, tree.version),
+        }
         for site in SITES
     ]
     found = vllm_coverage.coverage(tree.version, tree.root)
@@ -202,7 +208,10 @@ def read_flashinfer(tree: Tree) -> dict[str, Any]:
         },
         "disk_cache": has_disk_cache(package),
         "routes": dict(Counter(k.route for k in kernels)),
-        "kernels": [{"module": k.module, "route": k.route, "archs": list(k.archs)} for k in kernels],
+        # Those no cache keeps are only counted: hundreds of modules, none of them jitguard's business.
+        "kernels": [
+            {"module": k.module, "route": k.route, "archs": list(k.archs)} for k in kernels if k.route != BARE
+        ],
     }
 
 

@@ -51,7 +51,7 @@ def vllm_section(entries: list[dict[str, Any]]) -> list[str]:
     rows = [
         (
             f"{s['title']}: `{s['module']}.{s['target']}` ({s['releases']})",
-            [_cell(e["sites"][i]["state"]) for e in entries],
+            [_cell(e["sites"][i]["state"], e["sites"][i]["expected"]) for e in entries],
         )
         for i, s in enumerate(entries[0]["sites"])
     ]
