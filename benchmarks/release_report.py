@@ -43,7 +43,8 @@ from jitguard.decision.engine_release import covers
 from jitguard.facts.cutedsl_routes import BARE, MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
 from jitguard.facts.flashinfer import era_of
 from jitguard.facts.source_names import FOUND, find_name
-from jitguard.integrations import flashinfer_names, sglang
+from jitguard.integrations import sglang
+from jitguard.integrations.flashinfer_names import ENTRY, check
 from jitguard.integrations.vllm import SITES
 from jitguard.integrations.vllm import coverage as vllm_coverage
 
@@ -189,8 +190,8 @@ def read_sglang(tree: Tree) -> dict[str, Any]:
 
 def read_flashinfer(tree: Tree) -> dict[str, Any]:
     package = tree.root / "flashinfer"
-    checks = flashinfer_names.check(str(tree.root), tree.version)
-    entry = next(c for c in checks if c.name == flashinfer_names.ENTRY)
+    checks = check(str(tree.root), tree.version)
+    entry = next(c for c in checks if c.name == ENTRY)
     compile_cache = package.joinpath(*MEMORY_CACHE_MODULE.split(".")[1:]).with_suffix(".py")
     kernels = routes(package)
     entry_persists = compile_cache.is_file() and persists_itself(compile_cache)
