@@ -264,10 +264,9 @@ def test_one_prebuilt_module_keeps_has_flashinfer_but_not_the_choices_it_does_no
 def test_cutedsl_era_gdn_prefill_needs_no_toolkit_while_the_nvcc_modules_do(
     tmp_path: Path, module_library: Path, stub_libcuda_dir: Path
 ) -> None:
-    from test_flashinfer_cutedsl_era import RELEASES, prepared
+    from flashinfer_releases import prepared
 
-    release = next(r for r in RELEASES if r.version == "0.7.4")
-    env = image(tmp_path / "image", Shape(), module_library, stub_libcuda_dir, flashinfer=prepared(release))
+    env = image(tmp_path / "image", Shape(), module_library, stub_libcuda_dir, flashinfer=prepared("0.7.4"))
     vllm = doctor(env, "vllm")
     assert vllm["facts"]["flashinfer"]["version"] == "0.7.4"
     blocking = vllm_blocking(vllm)

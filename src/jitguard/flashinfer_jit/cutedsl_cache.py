@@ -27,6 +27,12 @@ holds no path, so hosts with the same stack and arch agree; sha256-verified by t
 before it is kept), and a kernel compiled here is published (``JITGUARD_SHARE_PUBLISH=1``), as FlashInfer's
 nvcc modules are (``fleet.module_share``): a store that fails is one warning and a local compile.
 
+Never both caches for one kernel: kernels FlashInfer keeps in its own CuTeDSL disk cache
+(``flashinfer.jit.cute_dsl_core``, >= 0.6.18: Blackwell GDN prefill and GDN decode from 0.7) never pass through
+``cached_compile``, and a ``cached_compile`` that FlashInfer itself made persistent (``facts.cutedsl_routes``) is
+left unrouted: jitguard defers to FlashInfer, whose cache is kept in step with its kernels, rather than keep a
+second copy that could go stale (docs/cutedsl.md).
+
 Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
 object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
 and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller
@@ -54,6 +60,7 @@ from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl import dsl_environment, dsl_stack
+from jitguard.facts.cutedsl_routes import persists_itself
 from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
@@ -84,6 +91,15 @@ def route(module: ModuleType) -> bool:
     with _lock:
         if patches.is_wrapped(module, FUNCTION):
             return True
+        if _flashinfer_persists(module):
+            _warn_once(
+                "flashinfer-disk",
+                "jitguard: this FlashInfer keeps these CuTeDSL kernels on disk itself (%s compiles through "
+                "flashinfer.jit.cute_dsl_core); jitguard's kernel cache stands aside for them",
+                module.__name__,
+                level=logging.INFO,
+            )
+            return False
         current = getattr(module, FUNCTION, None)
         known = isinstance(getattr(module, "_in_mem_compile_cache", None), dict) and callable(
             getattr(module, "_compile_options_key", None)
@@ -100,6 +116,13 @@ def route(module: ModuleType) -> bool:
         return patches.wrap(
             module, FUNCTION, lambda original: _persisting(module, original), rebind_under="flashinfer"
         )
+
+
+def _flashinfer_persists(module: ModuleType) -> bool:
+    """Whether FlashInfer's compile cache writes to FlashInfer's own disk cache (``facts.cutedsl_routes``):
+    then a kernel kept by jitguard too would be a second copy, so jitguard defers."""
+    source = getattr(module, "__file__", None)
+    return bool(source) and persists_itself(Path(str(source)))
 
 
 def unroute(module: ModuleType) -> None:
