@@ -211,19 +211,11 @@ def host_env(site: Path, host: Path, *, jitguard: bool) -> dict[str, str]:
     """One host: every cache an engine start fills under ``host``; this tree's jitguard, then the site."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "SGLANG_"))}
     env.update(
+        engine_session.host_caches(host),
         PYTHONPATH=python_path(site),
-        PYTHONUNBUFFERED="1",
-        HF_HUB_OFFLINE="1",
-        HOME=str(host / "home"),
-        XDG_CACHE_HOME=str(host / "xdg"),
         SGLANG_CACHE_DIR=str(host / "sglang"),
         SGLANG_DG_CACHE_DIR=str(host / "deep-gemm"),
-        TRITON_CACHE_DIR=str(host / "triton"),
-        TORCHINDUCTOR_CACHE_DIR=str(host / "inductor"),
-        FLASHINFER_WORKSPACE_BASE=str(host / "flashinfer"),
-        JITGUARD_CACHE_DIR=str(host / "jitguard"),
         TVM_FFI_CACHE_DIR=str(host / "tvm-ffi"),
-        CUTE_DSL_CACHE_DIR=str(host / "cute-dsl"),
     )
     if not jitguard:
         env["JITGUARD_DISABLE"] = "1"

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import engine_session  # beside this script
-from engine_session import MIN_ROW_S, Budget
+from engine_session import MIN_ROW_S, Budget, host_caches
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -108,20 +108,12 @@ def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str)
         if not k.startswith(("JITGUARD_", "VLLM_", "TRITON_", "CUTE_DSL_"))
     }
     env.update(
+        host_caches(HOST),
         # pip --target skips the DSL's .pth: its packages dir goes on the path by hand
         PYTHONPATH=os.pathsep.join(
             str(p) for p in (SRC, site, site / "nvidia_cutlass_dsl" / "dsl_packages") if p.exists()
         ),
-        PYTHONUNBUFFERED="1",
-        HF_HUB_OFFLINE="1",
-        HOME=str(HOST / "home"),
-        XDG_CACHE_HOME=str(HOST / "xdg"),
         VLLM_CACHE_ROOT=str(HOST / "vllm"),
-        TRITON_CACHE_DIR=str(HOST / "triton"),
-        TORCHINDUCTOR_CACHE_DIR=str(HOST / "inductor"),
-        FLASHINFER_WORKSPACE_BASE=str(HOST / "flashinfer"),
-        JITGUARD_CACHE_DIR=str(HOST / "jitguard"),
-        CUTE_DSL_CACHE_DIR=str(HOST / "cute-dsl"),
         VLLM_USE_FLASHINFER_SAMPLER="0",
         BENCH_SKIP_ROUTER_WARMUP="1",  # vllm_engine_start.py says why
         VLLM_WORKER_MULTIPROC_METHOD="fork",
