@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,15 @@ class SglangRelease:
     def version_tuple(self) -> tuple[int, ...]:
         return tuple(int(p) for p in self.version.split(".")[:3])
 
-    def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-        """Run the scenario in this release's environment; (its RESULT, everything it printed)."""
+    def run(
+        self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``script`` (default sglang_scenario.py) in this release's environment; (its RESULT, everything
+        it printed)."""
         # This checkout's jitguard first, whatever is installed.
         full = {**env, "PYTHONPATH": f"{REPO / 'src'}:{self.src}", "HF_HUB_OFFLINE": "1"}
         proc = subprocess.run(
-            [str(self.python), str(SCENARIO), json.dumps(spec)],
+            [str(self.python), str(script), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,
@@ -59,9 +62,9 @@ class SglangRelease:
         return json.loads(results[-1][len("RESULT ") :]), output
 
 
-@pytest.fixture(scope="session")
-def prepared_releases() -> dict[str, SglangRelease]:
-    env = {**os.environ, "JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
+def prepare(versions: Sequence[str]) -> dict[str, SglangRelease]:
+    """Run .ci/install_sglang.sh for ``versions``; skips (fails under CI) with its last line when it cannot."""
+    env = {**os.environ, "JITGUARD_SGLANG_VERSIONS": " ".join(versions), "JITGUARD_SGLANG_ROOT": str(ROOT)}
     proc = subprocess.run(
         ["bash", str(REPO / ".ci" / "install_sglang.sh")],
         env={**env, "PYTHON": sys.executable},
@@ -72,16 +75,22 @@ def prepared_releases() -> dict[str, SglangRelease]:
     )
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        message = f".ci/install_sglang.sh could not prepare SGLang {' '.join(VERSIONS)}: {tail[0]}"
+        message = f".ci/install_sglang.sh could not prepare SGLang {' '.join(versions)}: {tail[0]}"
         if os.environ.get("CI"):
             pytest.fail(message + "\n" + (proc.stdout + proc.stderr)[-3000:])
         pytest.skip(message)
-    return {v: SglangRelease(v, ROOT / v / "venv" / "bin" / "python", ROOT / v / "src") for v in VERSIONS}
+    return {v: SglangRelease(v, ROOT / v / "venv" / "bin" / "python", ROOT / v / "src") for v in versions}
 
 
-@pytest.fixture(scope="module", params=VERSIONS)
-def release(request: pytest.FixtureRequest, prepared_releases: dict[str, SglangRelease]) -> SglangRelease:
-    return prepared_releases[request.param]
+@pytest.fixture(scope="session")
+def prepared_releases() -> dict[str, SglangRelease]:
+    return prepare(VERSIONS)
+
+
+@pytest.fixture(scope="session")
+def prepare_release() -> Callable[[str], SglangRelease]:
+    """One release outside VERSIONS, for a test about that release's own layout."""
+    return lambda version: prepare([version])[version]
 
 
 class Hosts:

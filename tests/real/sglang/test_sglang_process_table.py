@@ -7,75 +7,41 @@ cannot run, whoever picked them)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from conftest import SglangRelease
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("process_table_scenario.py")
 VERSION = "0.5.17"
-ROOT = Path(os.environ.get("JITGUARD_SGLANG_ROOT", "/tmp/jitguard-ci/sglang"))
 FALLBACK = "jitguard: SGLang chose FlashInfer"
 
 Result = tuple[dict[str, Any], str]
 
 
 @pytest.fixture(scope="module")
-def release() -> Path:
-    env = {
-        **os.environ,
-        "JITGUARD_SGLANG_VERSIONS": VERSION,
-        "JITGUARD_SGLANG_ROOT": str(ROOT),
-        "PYTHON": sys.executable,
-    }
-    done = subprocess.run(
-        ["bash", str(REPO / ".ci" / "install_sglang.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        stdin=subprocess.DEVNULL,
-    )
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
-        message = f".ci/install_sglang.sh could not prepare SGLang {VERSION}: {tail[0]}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return ROOT / VERSION
+def release(prepare_release: Callable[[str], SglangRelease]) -> SglangRelease:
+    return prepare_release(VERSION)
 
 
-def run(release: Path, runs: list[dict[str, Any]], tmp: Path) -> Result:
+def run(release: SglangRelease, runs: list[dict[str, Any]], tmp: Path) -> Result:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "SGLANG_"))}
     env.update(
-        PYTHONPATH=f"{REPO / 'src'}:{release / 'src'}",
-        HF_HUB_OFFLINE="1",
         JITGUARD_CACHE_DIR=str(tmp / "jitguard-cache"),
         FLASHINFER_WORKSPACE_BASE=str(tmp / "fi"),
     )
-    done = subprocess.run(
-        [str(release / "venv" / "bin" / "python"), str(SCENARIO), json.dumps({"runs": runs})],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    output = done.stdout + done.stderr
-    results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and results, f"scenario failed (exit {done.returncode}):\n{output[-6000:]}"
-    return json.loads(results[-1][len("RESULT ") :]), output
+    return release.run({"runs": runs}, env, script=SCENARIO)
 
 
 @pytest.fixture(scope="module")
-def no_gpu(release: Path, tmp_path_factory: pytest.TempPathFactory) -> Result:
+def no_gpu(release: SglangRelease, tmp_path_factory: pytest.TempPathFactory) -> Result:
     runs = [
         {"options": {}},  # SGLang's defaults: Triton for every phase
         {"options": {}, "prefill_default": "flashinfer"},  # SGLang's own SM100 prefill default
