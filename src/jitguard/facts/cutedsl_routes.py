@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -42,23 +43,26 @@ SKIPPED = ("flashinfer.data.", DISK_CACHE_MODULE, MEMORY_CACHE_MODULE)
 class ModuleRoute:
     module: str  # "flashinfer.gdn_kernels.blackwell.gdn_prefill"
     route: Route
-    archs: tuple[
-        str, ...
-    ]  # what the module's name says ("sm90", "sm100+" for blackwell); () when it says none
+    # what the module's name says ("sm90", "sm100+" for blackwell); () when it says none
+    archs: tuple[str, ...]
+
+
+def _callees(tree: ast.AST) -> Iterator[ast.expr]:
+    """What each call in ``tree`` calls: ``f`` for ``f(...)``, ``m.f`` for ``m.f(...)``, ``cute.compile`` for
+    ``cute.compile[options](...)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield node.func.value if isinstance(node.func, ast.Subscript) else node.func
 
 
 def _called_names(tree: ast.AST) -> set[str]:
     """The names called in ``tree``: ``f(...)``, ``m.f(...)`` and ``cute.compile[...](...)`` each give ``f`` /
     ``compile``."""
-    called = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func.value if isinstance(node.func, ast.Subscript) else node.func
-            if isinstance(func, ast.Name):
-                called.add(func.id)
-            elif isinstance(func, ast.Attribute):
-                called.add(func.attr)
-    return called
+    return {
+        f.id if isinstance(f, ast.Name) else f.attr
+        for f in _callees(tree)
+        if isinstance(f, (ast.Name, ast.Attribute))
+    }
 
 
 def _imports_memory_cache(tree: ast.AST) -> bool:
@@ -82,14 +86,13 @@ def route_of(tree: ast.AST) -> Route | None:
 
 def _calls_cute_compile(tree: ast.AST) -> bool:
     """``cute.compile(...)`` or ``cute.compile[options](...)`` anywhere in ``tree``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func.value if isinstance(node.func, ast.Subscript) else node.func
-            if isinstance(func, ast.Attribute) and func.attr == "compile":
-                owner = func.value
-                if isinstance(owner, ast.Name) and owner.id == "cute":
-                    return True
-    return False
+    return any(
+        isinstance(f, ast.Attribute)
+        and f.attr == "compile"
+        and isinstance(f.value, ast.Name)
+        and f.value.id == "cute"
+        for f in _callees(tree)
+    )
 
 
 def archs_of(module: str) -> tuple[str, ...]:

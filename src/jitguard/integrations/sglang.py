@@ -80,9 +80,8 @@ class Layout:
     function: str  # in UTILS
     phases: tuple[str, ...]
     releases: str
-    table: str = (
-        ""  # a process-wide layout's dict of the phases' backends in UTILS ("": one global per phase)
-    )
+    # a process-wide layout's dict of the phases' backends in UTILS ("": one global per phase)
+    table: str = ""
 
     @property
     def target(self) -> str:
@@ -102,11 +101,8 @@ class Layout:
 PER_RUNNER = Layout("per-runner", "resolve_linear_attn_backends", PHASES, "0.5.18+")
 PROCESS_TABLE = Layout("process-wide table", "initialize_linear_attn_config", PHASES, "0.5.17", "_BACKENDS")
 PROCESS_WIDE = Layout("process-wide", "initialize_linear_attn_config", ("prefill", "decode"), "0.5.11-0.5.16")
-LAYOUTS = (
-    PER_RUNNER,
-    PROCESS_TABLE,
-    PROCESS_WIDE,
-)  # the first found wins: the table layout before the globals
+# The first found wins: the table layout before the globals (0.5.17 has both functions' names).
+LAYOUTS = (PER_RUNNER, PROCESS_TABLE, PROCESS_WIDE)
 REQUEST_HOOK = f"{SERVER_ARGS}.ServerArgs._handle_linear_attn_backend"  # <= 0.5.18
 
 
