@@ -181,6 +181,12 @@ def run_attempt(
         if attempt.ended != "done":
             # ninja names a command only when it finishes: say in the log what was running when we stopped.
             attempt.still_running = _running_commands(tree)
+            # A busy host can reach the deadline before the first slot check: look once more before saying why.
+            attempt.slot_holders = _foreign_slot_holders(tree, b.slots_dir)
+            progress.waiting_for_slot = bool(attempt.slot_holders)
+            if progress.waiting_for_slot and next_slot_report == 0.0:
+                text = "; ".join(attempt.slot_holders)
+                note(b.log, f"waiting for a compile slot; other builds hold them: {text}")
             if progress.waiting_for_slot:
                 attempt.still_running += [f"waiting for a compile slot: {h}" for h in attempt.slot_holders]
             for command in attempt.still_running:

@@ -93,6 +93,11 @@ def prepare_release() -> Callable[[str], SglangRelease]:
     return lambda version: prepare([version])[version]
 
 
+@pytest.fixture(scope="module", params=VERSIONS)
+def release(request: pytest.FixtureRequest, prepared_releases: dict[str, SglangRelease]) -> SglangRelease:
+    return prepared_releases[request.param]
+
+
 class Hosts:
     """Environments for one engine start each, every one with a fresh jitguard cache."""
 
