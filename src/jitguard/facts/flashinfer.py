@@ -30,7 +30,8 @@ ERA_CUTEDSL = "cutedsl"  # >= 0.6.14: CuTeDSL kernels compiled in-process, memor
 FIRST_GDN = (0, 6, 2)
 FIRST_CUTEDSL = (0, 6, 14)
 
-# (first release, last release, module, translation units) of the nvcc era, from FACTS.md.
+# (first release, last release, module, translation units) of the nvcc era, read from the releases' jit/gdn.py
+# (docs/gdn.md, "FlashInfer eras").
 _NVCC_GDN = (
     ((0, 6, 2), (0, 6, 2), "gdn_prefill_launcher", 2),
     ((0, 6, 3), (0, 6, 7), "gdn_prefill_sm90", 34),

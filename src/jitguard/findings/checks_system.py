@@ -106,7 +106,7 @@ def _flashinfer_arch(facts: Facts) -> list[Finding]:
                 "triton",
             )
         )
-    # CuTeDSL on SM100 needs a CUDA 13 torch (measured on the H200 host's sibling B200 runs; FACTS.md).
+    # CuTeDSL on SM100 needs a CUDA 13 torch: its SM100 kernels load the DSL's CUDA 13 libraries.
     blackwell = {p for p in pairs - unsupported if p[0] == 10}
     old_torch = packages.torch_flavour == "cuda" and int((packages.torch_cuda or "13").split(".")[0]) < 13
     if fi.era == ERA_CUTEDSL and blackwell and old_torch:
