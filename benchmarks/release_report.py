@@ -49,10 +49,11 @@ from jitguard.integrations.vllm import SITES
 from jitguard.integrations.vllm import coverage as vllm_coverage
 
 SCHEMA = "jitguard.release_report/1"
-# The releases jitguard claims, what --claimed adds: vLLM's oldest supported release and the ones its real-code
-# tests run, the SGLang releases tested, the FlashInfer releases tested (0.6.6 here, 0.6.14 on the H200, 0.6.18).
+# The releases jitguard claims, what --claimed adds: vLLM's oldest supported release, the ones its real-code
+# tests run and the newest (0.34.0, whose sources tests/real/test_release_report.py reads), the SGLang releases
+# tested, the FlashInfer releases tested (0.6.6 here, 0.6.14 on the H200, 0.6.18).
 CLAIMED = {
-    "vllm": ("0.17.0", "0.21.0", "0.24.0", "0.26.0", "0.30.0", "0.33.0"),
+    "vllm": ("0.17.0", "0.21.0", "0.24.0", "0.26.0", "0.30.0", "0.33.0", "0.34.0"),
     "sglang": ("0.5.15", "0.5.16", "0.5.23"),
     "flashinfer-python": ("0.6.6", "0.6.14", "0.6.18"),
 }
