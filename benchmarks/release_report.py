@@ -42,7 +42,7 @@ from jitguard import __version__
 from jitguard.decision.engine_release import covers
 from jitguard.facts.cutedsl_routes import BARE, MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
 from jitguard.facts.flashinfer import era_of
-from jitguard.facts.source_names import FOUND, find_name
+from jitguard.facts.source_names import FOUND, NAME_NOT_FOUND, find_name, module_source
 from jitguard.integrations import sglang
 from jitguard.integrations.flashinfer_names import ENTRY, check
 from jitguard.integrations.vllm import SITES
@@ -166,12 +166,20 @@ def read_vllm(tree: Tree) -> dict[str, Any]:
 
 def read_sglang(tree: Tree) -> dict[str, Any]:
     path = [str(tree.root)]
+    utils = module_source(sglang.UTILS, path)
+    source = utils.read_text(encoding="utf-8") if utils is not None else ""
+
+    def state(layout: sglang.Layout) -> str:
+        """Found as the plugin finds it: the function, and a table layout's dict too (same function name)."""
+        found = find_name(sglang.UTILS, layout.function, path)
+        return NAME_NOT_FOUND if found == FOUND and not layout.found_in_source(source) else found
+
     hooks = [
         {
             "layout": layout.name,
-            "target": layout.target,
+            "target": layout.target + (f" + {layout.table}" if layout.table else ""),
             "releases": layout.releases,
-            "state": find_name(sglang.UTILS, layout.function, path),
+            "state": state(layout),
         }
         for layout in sglang.LAYOUTS
     ]
