@@ -4,6 +4,7 @@ engine), whose error the engine meets without jitguard too."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from packaging.version import InvalidVersion, Version
@@ -13,9 +14,9 @@ from jitguard.errors import ConfigError
 from jitguard.findings.checks_jitguard import fault, raised_by
 
 
-def _caught(work: object) -> BaseException:
+def _caught(work: Callable[[], object]) -> BaseException:
     with pytest.raises(Exception) as caught:
-        work()  # type: ignore[operator]
+        work()
     return caught.value
 
 
