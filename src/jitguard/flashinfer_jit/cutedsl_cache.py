@@ -55,7 +55,7 @@ from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl_routes import persists_itself
 from jitguard.flashinfer_jit import cutedsl_objects
 from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
-from jitguard.state.kernel_cache import KernelCache, KernelEntry, KernelKey
+from jitguard.state.kernel_cache import KernelCache, KernelKey
 from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
@@ -266,9 +266,8 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, 
             )
             return None
         blob, format = cutedsl_objects.export_object(compiled, key.symbol)
-        cutedsl_objects.load_object(
-            KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
-        )  # a kernel that does not load back is not kept for others
+        # A kernel that does not load back is not kept for others.
+        cutedsl_objects.load_bytes(cache, key, blob, format)
         if cache.put(key, blob, format=format):
             log.info("jitguard: kept the CuTeDSL kernel %s for later processes (%s)", key.name, cache.root)
         return blob, format

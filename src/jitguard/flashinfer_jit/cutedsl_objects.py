@@ -46,6 +46,11 @@ def load_object(entry: KernelEntry) -> Any:
         return getattr(module, entry.symbol)
 
 
+def load_bytes(cache: KernelCache, key: KernelKey, blob: bytes, format: str) -> Any:
+    """``load_object`` for bytes not yet in the cache (just exported, or fetched): whether they load here."""
+    return load_object(KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root))
+
+
 def _is_tvm_ffi(compiled: Any) -> bool:
     return any(cls.__name__.startswith("TVMFFI") for cls in type(compiled).__mro__)
 
@@ -74,7 +79,7 @@ def fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any:
             )
             return None
         blob = (Path(directory) / name).read_bytes()
-    loaded = load_object(KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root))
+    loaded = load_bytes(cache, key, blob, format)
     cache.put(key, blob, format=format)
     log.info(
         "jitguard: fetched the CuTeDSL kernel %s from the fleet (%d bytes, no compile)", key.name, len(blob)
