@@ -34,7 +34,8 @@ part) with the zstandard wheel and ``unpack.py``; the call that carries the last
         /tmp/p15/part.* && rm /tmp/p15/part.* && python3 benchmarks/sglang_engine.py --rows a,b
         --site /tmp/s15/site --out $OUT --budget 520
 
-(P = .gpu/sglang0515; ``payload.json`` beside the parts lists them.) Then, while the host is warm:
+(P = .gpu/sglang0515; ``payload.json`` beside the parts lists them; 0.5.17's five parts go the same way, one call
+each, the last with the wheel, ``unpack.py`` and row d.) Then, while the host is warm:
 
     python3 benchmarks/sglang_engine.py --rows a,b --site /tmp/s15/site --out $OUT        # ~8 min
     python3 benchmarks/sglang_engine.py --rows c   --site /tmp/s15/site --out $OUT        # ~9 min
@@ -99,6 +100,7 @@ VERDICT = re.compile(
     r"|cannot find -lcuda|Build of \S+ failed|ninja: build stopped|Linear attention kernel backend"
 )
 GRAPHS = re.compile(r"Capture .*graph end\. elapsed=([\d.]+) s")
+PTH_JOIN = re.compile(r"os\.path\.join\((\w+)\.__path__\[0\],\s*['\"]([\w./-]+)['\"]\)")
 EXPECTS = ("serves", "stops", "fails or hangs", "serves or still building")
 
 
@@ -197,12 +199,19 @@ def attention_backend(site: Path) -> str:
 
 def python_path(site: Path) -> str:
     """This tree's jitguard, the site, and the directories the site's ``.pth`` files name (``pip --target``
-    installs them but nothing reads them there: the CuTeDSL's packages dir is one)."""
+    installs them but nothing reads them there: the CuTeDSL's packages dir is one). A ``.pth`` names a dir
+    either as a path line, or (nvidia-cutlass-dsl 4.4+) as an ``import`` line that joins a package's
+    ``__path__[0]`` with a sub dir, read here without running it."""
     paths = [SRC, site]
     for pth in sorted(site.glob("*.pth")):
         for line in pth.read_text().splitlines():
             entry = line.strip()
-            if entry and not entry.startswith(("#", "import ")) and (site / entry).is_dir():
+            joined = PTH_JOIN.search(entry) if entry.startswith("import ") else None
+            if joined:
+                entry = f"{joined.group(1)}/{joined.group(2)}"
+            elif not entry or entry.startswith(("#", "import ")):
+                continue
+            if (site / entry).is_dir():
                 paths.append(site / entry)
     return os.pathsep.join(str(p) for p in paths)
 

@@ -95,6 +95,24 @@ def test_every_cache_of_a_host_is_under_it_and_stock_is_jitguard_disabled(
     assert paths[2] == str(site / "nvidia_cutlass_dsl" / "python_packages")  # the DSL's .pth, read by hand
 
 
+def test_an_import_line_pth_adds_the_dir_it_joins(tmp_path: Path) -> None:
+    """nvidia-cutlass-dsl 4.6.0's .pth (as SGLang 0.5.16/0.5.17 install it) is an ``import`` line; without its
+    ``dsl_packages`` dir on the path FlashInfer's CuTeDSL GDN reads as unavailable (``No module named
+    'cutlass'``) and the engine stops at start-up."""
+    site = site_with(tmp_path, sglang="0.5.17", flashinfer="0.6.15.post1")
+    (site / "nvidia_cutlass_dsl" / "dsl_packages").mkdir()
+    (site / "nvidia_cutlass_dsl_packages.pth").write_text(
+        "import sys, os, nvidia_cutlass_dsl; sys.path.insert(0, "
+        "os.path.join(nvidia_cutlass_dsl.__path__[0], 'dsl_packages'))"
+    )
+    (site / "other.pth").write_text("import other_thing; other_thing.setup()\n# a comment\nmissing_dir\n")
+    paths = bench.python_path(site).split(":")
+    assert paths[2:] == [
+        str(site / "nvidia_cutlass_dsl" / "python_packages"),
+        str(site / "nvidia_cutlass_dsl" / "dsl_packages"),
+    ]
+
+
 def test_full_attention_is_fa3_only_where_the_payload_kept_it(tmp_path: Path) -> None:
     assert bench.attention_backend(site_with(tmp_path / "a")) == "triton"
     assert bench.attention_backend(site_with(tmp_path / "b", fa3=True)) == "fa3"
