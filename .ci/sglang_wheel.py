@@ -38,6 +38,7 @@ IMPORTED = (
     "sentencepiece",
     "setproctitle",
     "transformers",
+    "xgrammar",  # 0.5.16+: server_args imports function-call parsers that import it at module level
 )
 # Not declared by SGLang (it comes with its `datasets`) but imported at module level by SGLang's sampling code.
 # (triton, which comes with a CUDA torch and which sglang.srt.utils imports, is installed once for all

@@ -111,6 +111,23 @@ class EngineRun:
 Stages = Sequence[tuple[str, "re.Pattern[str] | None"]]
 
 
+def host_caches(host: Path) -> dict[str, str]:
+    """The variables that put every cache an engine start fills, whatever the engine, under one "host"
+    directory (HOME and XDG too: tools that know no variable of their own write there), and keep the start
+    offline and its output unbuffered. Each benchmark adds its engine's own (VLLM_CACHE_ROOT, SGLANG_CACHE_DIR)."""
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HOME": str(host / "home"),
+        "XDG_CACHE_HOME": str(host / "xdg"),
+        "TRITON_CACHE_DIR": str(host / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(host / "inductor"),
+        "FLASHINFER_WORKSPACE_BASE": str(host / "flashinfer"),
+        "JITGUARD_CACHE_DIR": str(host / "jitguard"),
+        "CUTE_DSL_CACHE_DIR": str(host / "cute-dsl"),
+    }
+
+
 def run(
     argv: Sequence[str],
     env: Mapping[str, str],

@@ -272,7 +272,7 @@ def guard() -> dict[str, Any]:
     import torch
 
     import jitguard
-    from jitguard.decision.gdn_variants import variant_of_call
+    from jitguard.decision.gdn_model_variants import variant_of_call
 
     jitguard.install()
     import flashinfer.gdn_prefill  # noqa: F401  (routes the module getter)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import engine_session  # beside this script
-from engine_session import MIN_ROW_S, Budget
+from engine_session import MIN_ROW_S, Budget, host_caches
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -108,20 +108,12 @@ def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str)
         if not k.startswith(("JITGUARD_", "VLLM_", "TRITON_", "CUTE_DSL_"))
     }
     env.update(
+        host_caches(HOST),
         # pip --target skips the DSL's .pth: its packages dir goes on the path by hand
         PYTHONPATH=os.pathsep.join(
             str(p) for p in (SRC, site, site / "nvidia_cutlass_dsl" / "dsl_packages") if p.exists()
         ),
-        PYTHONUNBUFFERED="1",
-        HF_HUB_OFFLINE="1",
-        HOME=str(HOST / "home"),
-        XDG_CACHE_HOME=str(HOST / "xdg"),
         VLLM_CACHE_ROOT=str(HOST / "vllm"),
-        TRITON_CACHE_DIR=str(HOST / "triton"),
-        TORCHINDUCTOR_CACHE_DIR=str(HOST / "inductor"),
-        FLASHINFER_WORKSPACE_BASE=str(HOST / "flashinfer"),
-        JITGUARD_CACHE_DIR=str(HOST / "jitguard"),
-        CUTE_DSL_CACHE_DIR=str(HOST / "cute-dsl"),
         VLLM_USE_FLASHINFER_SAMPLER="0",
         BENCH_SKIP_ROUTER_WARMUP="1",  # vllm_engine_start.py says why
         VLLM_WORKER_MULTIPROC_METHOD="fork",
@@ -418,9 +410,11 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]]) -> str:
     lines.append(
         "Made by `python3 benchmarks/warm_start.py --table warm_start.jsonl --logs warm_start_logs` from the "
         "device runs' results and the engines' own logs. vLLM's default config (torch.compile and CUDA graphs "
-        "on), `--gdn-prefill-backend flashinfer`, a tiny random-weight Qwen3-Next; vLLM 0.26.0's DeepSeek-shaped "
-        "router-GEMM warmup skipped in every row (no quack-kernels release runs with the nvidia-cutlass-dsl 4.6.0 "
-        "it pins; `benchmarks/vllm_engine_start.py`)."
+        "on), a tiny random-weight Qwen3-Next. `v026` and `fleet4`: `--gdn-prefill-backend flashinfer`, vLLM "
+        "0.26.0's DeepSeek-shaped router-GEMM warmup skipped (no quack-kernels release runs with the "
+        "nvidia-cutlass-dsl 4.6.0 it pins; `benchmarks/vllm_engine_start.py`). `v024`: GDN prefill `auto`, libcuda "
+        "made unlinkable for real (the seed's doomed start: jitguard sends GDN to Triton/FLA; stock compiles "
+        "FlashInfer's GDN until the row's limit)."
     )
     lines.append("")
     for m in meta:

@@ -171,6 +171,7 @@ def test_every_kernel_module_jitguard_imports_is_the_real_one_of_this_flashinfer
     import dataclasses
 
     from jitguard.facts import flashinfer, packages
+    from jitguard.facts.import_probe import probe_import
 
     installed_dsl()
     fi = dataclasses.replace(
@@ -183,6 +184,6 @@ def test_every_kernel_module_jitguard_imports_is_the_real_one_of_this_flashinfer
     assert [k.label for k in kernels] == ["SM90", "SM100", "SM120"]
     env = _env(workdir, _answers(tmp_path / "h200"), target, SRC)
     for kernel in kernels:
-        probe = flashinfer.probe_import(kernel.module, env=env, timeout=300)
+        probe = probe_import(kernel.module, env=env, timeout=300)
         assert probe.ok, (kernel.module, probe.error_type, probe.error_message)
     assert os.path.isfile(target / "flashinfer" / "gdn_kernels" / "blackwell" / "gdn_prefill.py")

@@ -20,7 +20,6 @@ without the DSL it fails on ``import cutlass``. The DSL is made older by a shado
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import site
 import subprocess
@@ -30,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock
+
+from flashinfer_releases import TINY_KERNEL, prepared, release_dir
+from flashinfer_releases import release_env as _env
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci"))
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Release:
 
     @property
     def target(self) -> Path:
-        return ROOT / f"flashinfer-{self.version}"
+        return release_dir(self.version)
 
 
 RELEASES = (
@@ -134,41 +134,6 @@ torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
 )
 
 
-def _install(target: Path, version: str) -> str | None:
-    """Install flashinfer-python==``version`` into ``target`` (through a staging directory renamed into place, so
-    a half-finished install is never taken for a cached one); pip's output on failure, else None."""
-    staging = target.with_name(target.name + ".partial")
-    subprocess.run(["rm", "-rf", str(staging)], check=True)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-input",
-            "--disable-pip-version-check",
-            "--target",
-            str(staging),
-            f"flashinfer-python=={version}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    if proc.returncode != 0:
-        return f"pip exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
-    staging.rename(target)
-    return None
-
-
-def _installed(target: Path, version: str) -> bool:
-    return (target / f"flashinfer_python-{version}.dist-info").is_dir() and (
-        target / "flashinfer" / "gdn_prefill.py"
-    ).is_file()
-
-
 @pytest.fixture(scope="module", params=RELEASES, ids=[r.version for r in RELEASES])
 def release(request: pytest.FixtureRequest) -> Release:
     return request.param  # type: ignore[no-any-return]
@@ -177,36 +142,12 @@ def release(request: pytest.FixtureRequest) -> Release:
 @pytest.fixture(scope="module")
 def target(release: Release) -> Path:
     """The cached --target directory holding the release (installed on first use)."""
-    root = release.target
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root.with_name(root.name + ".lock")), timeout=900):
-        if not _installed(root, release.version):
-            subprocess.run(["rm", "-rf", str(root)], check=True)
-            error = _install(root, release.version)
-            if error is not None:
-                message = f"could not install flashinfer-python=={release.version} --no-deps: {error}"
-                if os.environ.get("CI") == "true":
-                    pytest.fail(message)
-                pytest.skip(message)
-    return root
+    return prepared(release.version)
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory, release: Release) -> Path:
     return tmp_path_factory.mktemp(f"flashinfer-cutedsl-{release.version}")
-
-
-def _env(workdir: Path, *path: Path) -> dict[str, str]:
-    """This machine's environment with ``path`` as PYTHONPATH and fresh jitguard / FlashInfer caches."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("JITGUARD_", "FLASHINFER_")) and k != "PYTHONPATH"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
-    env["JITGUARD_CACHE_DIR"] = str(workdir / "jitguard-cache")
-    env["FLASHINFER_WORKSPACE_BASE"] = str(workdir / "flashinfer-workspace")
-    return env
 
 
 Ran = tuple[int, str, str]  # exit status, stdout, stderr
@@ -512,14 +453,9 @@ from jitguard.flashinfer_jit.cutedsl_cache import is_routed
 import cutlass, cutlass.cute as cute, torch
 from cutlass.cute.runtime import from_dlpack
 
-class Tiny(ccc.KeyedCompileMixin):
-    def __init__(self, needs_alpha):
-        self.needs_alpha = needs_alpha
-        self.manual_cache_key("needs_alpha")
-
-    @cute.jit
-    def __call__(self, a: cute.Tensor, n: cutlass.Int32):
-        pass
+"""
+    + TINY_KERNEL
+    + r"""
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 a = from_dlpack(torch.zeros(32)).mark_layout_dynamic()

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from jitguard.facts import libcuda, libstdcxx, toolchain
-from jitguard.findings import checks_toolchain
+from jitguard.findings import checks_toolchain, toolchain_fixes
 from jitguard.findings.model import Finding
 
 pytestmark = pytest.mark.skipif(
@@ -244,7 +244,7 @@ def test_a_classified_link_log_gets_the_same_filled_fix_from_the_facts(
     facts = SimpleNamespace(toolchain=tc, link=libcuda.probe(tc, env), libstdcxx=libstdcxx.probe(tc, env))
     log = f"{facts.link.cuda.command_line}\n{facts.link.cuda.output}"
 
-    params = checks_toolchain.params_for("link-missing-libcuda", facts)  # type: ignore[arg-type]
+    params = toolchain_fixes.params_for("link-missing-libcuda", facts)  # type: ignore[arg-type]
     classified = classify(log, 1, **params)
     finding = _finding(classified, "link-missing-libcuda")
     assert (

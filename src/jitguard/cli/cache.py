@@ -274,7 +274,7 @@ def _say_if_untrusted(cache_dir: Any) -> None:
     then not listed: they are never believed)."""
     from jitguard.cli.report import console, render_findings
     from jitguard.facts.disk import probe_path
-    from jitguard.findings.checks_system import own_cache_dir
+    from jitguard.findings.checks_disk import own_cache_dir
 
     refused = [f for f in own_cache_dir(probe_path(cache_dir)) if f.code == "cache-dir-untrusted"]
     if refused:

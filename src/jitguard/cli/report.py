@@ -219,10 +219,30 @@ def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
         if site:
             where = f"{site['module']}: {site['target']} (vLLM {site['releases']})"
             out.print(f"    [dim]where: {escape(where)}[/]")
+    for note in _notes(engine.get("choices") or ()):
+        code = escape(f"[{note['code']}]")
+        out.print(f"  note: {code} {escape(note['title'])}")
+        if note.get("fixes"):
+            fix = note["fixes"][0]
+            out.print(
+                f"    fix: {escape(fix['text'])}"
+                + (f" `{escape(fix['command'])}`" if fix.get("command") else "")
+            )
     out.print(
         "  [dim]A FlashInfer module that fails to build in the engine anyway is recorded: the next start takes "
         "vLLM's own path at once.[/]"
     )
+
+
+def _notes(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The distinct explanations (info findings: why flashinfer-cubin does not help, why vLLM itself turns a
+    kernel off), once each; the verdict lines alone would not say them."""
+    notes: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        for f in row.get("findings", ()):
+            if f.get("severity") == "info" and f["code"] != "flashinfer-module-prebuilt":
+                notes.setdefault(f["code"], f)
+    return list(notes.values())
 
 
 def _next_steps(results: Mapping[str, list[Finding]]) -> list[str]:

@@ -71,7 +71,9 @@ class Choice:
     """One place where an engine may pick a FlashInfer JIT path.
 
     ``modules``: FlashInfer module-name prefixes its first use builds (a module is named after its variant);
-    ``needs``: the prefixes that must all be prebuilt for nothing to compile (default: all of ``modules``).
+    ``needs``: the prefixes that must all be prebuilt for nothing to compile (default: all of ``modules``);
+    ``any_of``: an umbrella gate over kernels the engine picks one by one (vLLM's ``has_flashinfer()``):
+    answering "no" turns off every one of them, so one prebuilt module that loads is enough to keep it.
     ``gdn``: the verdict starts from the GDN op's own status (``jitguard.gdn``) and the recorded failures of
     FlashInfer's GDN modules; ``decided_by``: the only codes that decide it (None: every finding), and
     ``in_process_decided_by`` the same where FlashInfer runs it in-process here (an nvcc-era FlashInfer's
@@ -88,6 +90,7 @@ class Choice:
     decided_by: frozenset[str] | None = None
     in_process_decided_by: frozenset[str] | None = None
     stakes: str = "building it and failing later"
+    any_of: bool = False
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -113,8 +116,7 @@ _ATTENTION_MODULES = (
     "pod",
     "cascade",
     "page",
-    "trtllm_fmha",
-    "fmha_cutlass",
+    "fmha",  # fmha_gen (TRT-LLM-gen, its kernels from flashinfer-cubin), fmha_cutlass, fmha_cudnn_gen
     "xqa",
 )
 
@@ -173,21 +175,30 @@ MOE = Choice(
 KERNELS = Choice(
     "flashinfer-ops",
     "FlashInfer's other JIT kernels",
-    (
+    (  # the module names of flashinfer-jit-cache 0.6.6 (tests/data/flashinfer-wheels) these kernels use
         "comm",
         "trtllm_comm",
         "trtllm_mnnvl",
+        "vllm_comm",
         "gemm",
+        "trtllm_gemm",
+        "trtllm_low_latency_gemm",
+        "bf16_gemm",
+        "tgv_gemm",
         "fp8",
         "fp4",
+        "mxfp8",
         "norm",
         "rope",
-        "activation",
+        "silu_and_mul",
+        "gelu",
         "quantization",
+        "topk",
     ),
     default="all-reduce fusion (TP > 1 on Hopper/Blackwell), FP8/FP4 GEMMs, FlashInfer autotuning",
     named_by=None,  # vLLM only asks has_flashinfer()
     fallback="its own kernels, as on a host without FlashInfer's JIT",
+    any_of=True,
 )
 CHOICES: tuple[Choice, ...] = (GDN_PREFILL, SAMPLER, ATTENTION, KV_CACHE, MOE, KERNELS)
 BY_KEY = {c.key: c for c in CHOICES}
@@ -245,7 +256,8 @@ def assess(
         kept = [f for f in [*preflight, *known] if scope is None or f.code in scope]
         known = ()
     else:
-        built = jit_cache or all(any(m.startswith(p) for m in prebuilt) for p in choice.required)
+        found = [any(m.startswith(p) for m in prebuilt) for p in choice.required]
+        built = jit_cache or (any(found) if choice.any_of else all(found))
         doomed = LOAD_DOOM if built else BUILD_DOOM | LOAD_DOOM
         kept = [f for f in preflight if f.code in doomed or f.code == UNVERIFIED]
     findings = tuple(sort_findings([*kept, *known]))

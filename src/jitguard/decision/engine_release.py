@@ -4,8 +4,9 @@ part of making drift loud.
 ``release_warning`` compares the installed release with the range a plugin knows (a ``SpecifierSet``);
 ``coverage`` folds what was found per site (``facts.source_names``) into one answer per choice. A choice
 whose sites are alternative layouts (vLLM's GDN prefill moved twice) is found when any layout is; otherwise
-every site the release should have must be found. A release outside the known range is judged by the nearest
-release jitguard knows.
+every site the release should have must be found: one whose range covers it ('0.17+' open, '0.17-0.33'
+closed once the engine dropped the name and the choice's other sites do its job). A release outside the known
+range is judged by the nearest release jitguard knows.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ plain values out; nothing here imports SGLang (``integrations/sglang.py`` reads 
 verdicts).
 
 SGLang picks a kernel backend per phase: ``--linear-attn-backend`` for all, overridden by
-``--linear-attn-prefill-backend``, ``--linear-attn-decode-backend`` and (0.5.18+) ``--linear-attn-verify-backend``
+``--linear-attn-prefill-backend``, ``--linear-attn-decode-backend`` and (0.5.17+) ``--linear-attn-verify-backend``
 (unset, verify follows decode when decode is FlashInfer, else Triton). It picks FlashInfer by itself for decode
-on SM100 with ``--mamba-ssm-dtype bfloat16`` (0.5.x), and for prefill in its validated GDN domains (0.5.18:
+on SM100 with ``--mamba-ssm-dtype bfloat16`` (0.5.x), and for prefill in its validated GDN domains (0.5.17, 0.5.18:
 SM100 with CUDA 13; 0.5.19+: SM90 too).
 
 Which facts decide which phase (read from FlashInfer 0.6.12 and 0.7.2, the versions SGLang 0.5.15 and 0.5.23 pin):

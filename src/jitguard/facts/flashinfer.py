@@ -4,21 +4,15 @@ checks.
 Importing flashinfer takes seconds, needs a GPU or FLASHINFER_CUDA_ARCH_LIST, creates its workspace directory
 and raises on a jit-cache version mismatch, so ``probe`` reads package metadata and the file system only and
 re-derives what FlashInfer would do (from the 0.6.x sources: ``flashinfer/jit/env.py``,
-``compilation_context.py``, ``jit/core.py``; see FACTS.md). ``probe_import`` does the real import, in a
-subprocess, when the original exception is wanted (the CuTeDSL era swallows kernel import errors); it is
-too slow for ``collect()``.
+``compilation_context.py``, ``jit/core.py``). The real import, when its original exception is wanted, is
+``facts/import_probe.py``'s.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as metadata
 import importlib.util
-import json
-import os
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +30,8 @@ ERA_CUTEDSL = "cutedsl"  # >= 0.6.14: CuTeDSL kernels compiled in-process, memor
 FIRST_GDN = (0, 6, 2)
 FIRST_CUTEDSL = (0, 6, 14)
 
-# (first release, last release, module, translation units) of the nvcc era, from FACTS.md.
+# (first release, last release, module, translation units) of the nvcc era, read from the releases' jit/gdn.py
+# (docs/gdn.md, "FlashInfer eras").
 _NVCC_GDN = (
     ((0, 6, 2), (0, 6, 2), "gdn_prefill_launcher", 2),
     ((0, 6, 3), (0, 6, 7), "gdn_prefill_sm90", 34),
@@ -115,6 +110,7 @@ class FlashinferFacts:
     cutlass_dsl_version: str | None
     cutlass_dsl_requirement: str | None  # flashinfer's own floor, e.g. ">=4.3.4"
     cutlass_dsl_satisfied: bool | None
+    cubin_dir: Path | None = None  # flashinfer-cubin's cubins/, when installed
 
     def gdn_supports(self, major: int, minor: int) -> bool:
         """Whether this FlashInfer's GDN prefill runs on compute capability major.minor."""
@@ -127,16 +123,6 @@ class FlashinferFacts:
     @property
     def gdn_capabilities(self) -> str:
         return GDN_CAPABILITIES.get(self.era, "none")
-
-
-@dataclass(frozen=True)
-class ImportProbe:
-    module: str
-    ok: bool
-    error_type: str | None  # e.g. "ImportError", "RuntimeError", "Timeout", "Crash"
-    error_message: str | None
-    traceback_tail: str | None
-    seconds: float
 
 
 def gdn_kernel_modules(fi: FlashinferFacts, majors: Iterable[int] = ()) -> tuple[GdnKernelModule, ...]:
@@ -271,76 +257,7 @@ def probe(packages: PackageFacts, env: Mapping[str, str], *, arch: str | None = 
         cutlass_dsl_version=dsl_version,
         cutlass_dsl_requirement=str(dsl_req.specifier) if dsl_req is not None else None,
         cutlass_dsl_satisfied=dsl_ok,
-    )
-
-
-_PROBE_SCRIPT = r"""
-import json, sys, time, traceback
-start = time.perf_counter()
-result = {"ok": True, "error_type": None, "error_message": None, "traceback_tail": None}
-try:
-    __import__(sys.argv[1])
-except BaseException as exc:  # report everything, SystemExit included
-    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()[-25:]
-    result = {"ok": False, "error_type": type(exc).__name__, "error_message": str(exc),
-              "traceback_tail": "\n".join(tail)}
-result["seconds"] = time.perf_counter() - start
-sys.stdout.flush()
-print("\n@@JITGUARD-IMPORT-PROBE@@" + json.dumps(result))
-"""
-
-
-def probe_import(module: str, *, timeout: float = 60, env: Mapping[str, str] | None = None) -> ImportProbe:
-    """Import ``module`` in a fresh interpreter and report the original exception, if any.
-
-    A subprocess because importing FlashInfer or a CuTeDSL kernel can take seconds, initialise CUDA, or crash
-    the interpreter; none of that may happen to the caller. Runs from / so no local directory shadows a
-    package.
-    """
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", module):
-        raise ValueError(f"not a module name: {module!r}")
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE_SCRIPT, module],
-            env=dict(os.environ if env is None else env),
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return ImportProbe(
-            module,
-            False,
-            "Timeout",
-            f"import {module} did not finish in {timeout:g} s",
-            None,
-            time.perf_counter() - start,
-        )
-    elapsed = time.perf_counter() - start
-    marker = "@@JITGUARD-IMPORT-PROBE@@"
-    if marker in proc.stdout:
-        # The report is one line; what follows it (an atexit handler of the imported package) is not ours.
-        data = json.loads(proc.stdout.rsplit(marker, 1)[1].partition("\n")[0])
-        return ImportProbe(
-            module,
-            bool(data["ok"]),
-            data["error_type"],
-            data["error_message"],
-            data["traceback_tail"],
-            float(data["seconds"]),
-        )
-    # The interpreter died before reporting (segfault, abort, os._exit during import).
-    tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-25:])
-    return ImportProbe(
-        module,
-        False,
-        "Crash",
-        f"the interpreter exited with status {proc.returncode} while importing {module}",
-        tail or None,
-        elapsed,
+        cubin_dir=Path(cubin_pkg) / "cubins" if cubin_pkg else None,
     )
 
 

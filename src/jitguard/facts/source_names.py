@@ -3,16 +3,17 @@ importing it.
 
 An engine plugin finds its patch sites by module and name; when a release renames or removes one, the import
 hook never fires and nothing would be said. ``find_name`` answers, per site, whether the module is there and
-whether it defines the name, walking the import path (``importlib.machinery.PathFinder``: no parent package's
-``__init__`` runs) and reading the module's source with ``ast``.
+whether it defines the name, walking the import path (no parent package's ``__init__`` runs; namespace
+packages included) and reading the module's source with ``ast``.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Literal
 
@@ -24,23 +25,32 @@ NAME_NOT_FOUND: SiteState = "name not found"
 
 def module_source(module: str, path: Sequence[str] | None = None) -> Path | None:
     """The source file of ``module`` ('pkg.sub.mod') on ``path`` (default: sys.path), or None when it is not
-    there; imports nothing."""
-    search: Sequence[str] | None = list(path) if path is not None else None
+    there; imports nothing. Walks the directories as the import system does for source files: in each entry
+    a package directory (with ``__init__.py``) first, then ``name.py``; directories without ``__init__.py``
+    are namespace portions, searched together (SGLang's ``sglang.srt`` is one)."""
+    search = [str(p) for p in (path if path is not None else sys.path)]
     parts = module.split(".")
-    spec = None
-    for depth in range(1, len(parts) + 1):
-        try:
-            spec = PathFinder.find_spec(".".join(parts[:depth]), search)
-        except (ImportError, ValueError):
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        found, portions = None, []
+        for entry in search:
+            base = Path(entry or os.curdir) / part
+            if (base / "__init__.py").is_file():
+                found = base / "__init__.py"
+            elif base.with_suffix(".py").is_file():
+                found = base.with_suffix(".py")
+            elif base.is_dir():
+                portions.append(str(base))
+            if found is not None:
+                break
+        if last:
+            return found
+        if found is not None and found.name != "__init__.py":
+            return None  # a module, not a package: it has no submodules
+        search = [str(found.parent)] if found is not None else portions
+        if not search:
             return None
-        if spec is None:
-            return None
-        if depth < len(parts):
-            if not spec.submodule_search_locations:
-                return None
-            search = list(spec.submodule_search_locations)
-    origin = spec.origin if spec is not None else None
-    return Path(origin) if origin and origin.endswith(".py") else None
+    return None
 
 
 @dataclass(frozen=True)

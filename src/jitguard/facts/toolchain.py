@@ -1,21 +1,15 @@
 """The build toolchain FlashInfer's nvcc-era JIT uses: nvcc, ninja and the host C++ compiler, each with its
-path
-and version, and CUDA_HOME resolved exactly the way FlashInfer 0.6.x resolves it.
+path and version, and the CUDA_HOME FlashInfer 0.6.x resolves (``facts.cuda_homes``).
 
-FlashInfer (``jit/cpp_ext.py``) takes ``CUDA_HOME``, then ``CUDA_PATH``, then ``dirname(dirname(which
-nvcc))``, then
-``/usr/local/cuda``; it compiles with ``$FLASHINFER_NVCC`` or ``$cuda_home/bin/nvcc``, links with ``$CXX``
-or ``c++``,
-and runs ``ninja`` from PATH. A missing tool is a fact here, never an exception; version commands run in
-parallel
-with short timeouts so the doctor stays fast.
+FlashInfer (``jit/cpp_ext.py``) compiles with ``$FLASHINFER_NVCC`` or ``$cuda_home/bin/nvcc``, links with
+``$CXX`` or ``c++``, and runs ``ninja`` from PATH. A missing tool is a fact here, never an exception; version
+commands run in parallel with short timeouts so the doctor stays fast.
 """
 
 from __future__ import annotations
 
 import functools
 import glob
-import json
 import os
 import re
 import shlex
@@ -25,14 +19,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from jitguard.facts.cuda_homes import CudaHome, find_cuda_homes, resolve_cuda_home
+
 VERSION_TIMEOUT_S = 5.0
-DEFAULT_CUDA_HOME = "/usr/local/cuda"
 
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 _NVCC_VERSION = re.compile(r"\bV(\d+\.\d+\.\d+)")
 _DRYRUN_VAR = re.compile(r"^#\$ (?P<name>[A-Z_]+)=(?P<value>.*)$")
 _NUMBER = re.compile(r"\d+(?:\.\d+)+")
-_CUDA_VERSION_MACRO = re.compile(r"^#define CUDA_VERSION (\d+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -62,18 +56,6 @@ class Tool:
     @property
     def version_tuple(self) -> tuple[int, ...]:
         return tuple(int(p) for p in self.version.split(".")) if self.version else ()
-
-
-@dataclass(frozen=True)
-class CudaHome:
-    """A CUDA toolkit directory on this machine (a candidate for ``CUDA_HOME``)."""
-
-    path: str
-    version: str | None
-    has_nvcc: bool
-    has_headers: bool
-    cudart_in_lib64: bool
-    cudart_in_lib: bool
 
 
 @dataclass(frozen=True)
@@ -202,21 +184,6 @@ def _nvcc_gpu_archs(
     return parse_nvcc_help(output)
 
 
-def resolve_cuda_home(env: Mapping[str, str]) -> tuple[str | None, str]:
-    """FlashInfer 0.6.x's ``get_cuda_path`` order, without its exception: ``(path or None, source)``."""
-    for name in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(name):
-            return env[name], name
-    nvcc = shutil.which("nvcc", path=env.get("PATH", os.defpath))
-    if nvcc:
-        # Not realpath: FlashInfer takes `which nvcc` literally, so a wrapper in /usr/local/bin gives
-        # /usr/local.
-        return os.path.dirname(os.path.dirname(nvcc)), "which nvcc"
-    if os.path.exists(DEFAULT_CUDA_HOME):
-        return DEFAULT_CUDA_HOME, "default"
-    return None, "unresolved"
-
-
 def flashinfer_nvcc_command(env: Mapping[str, str], cuda_home: str | None) -> tuple[tuple[str, ...], str]:
     """The nvcc command FlashInfer writes into build.ninja, with ninja's ``$cuda_home`` expanded."""
     configured = env.get("FLASHINFER_NVCC")
@@ -232,59 +199,6 @@ def flashinfer_cxx_command(env: Mapping[str, str]) -> tuple[tuple[str, ...], str
     if "CXX" in env:
         return _split(env["CXX"]), "CXX"
     return ("c++",), "default"
-
-
-def find_cuda_homes(env: Mapping[str, str], extra: list[str | None]) -> tuple[CudaHome, ...]:
-    """CUDA toolkits on this machine: the resolved/real ones, /usr/local/cuda*, /opt/cuda, a conda env's."""
-    candidates: list[str] = [p for p in extra if p]
-    candidates += [DEFAULT_CUDA_HOME, *sorted(glob.glob("/usr/local/cuda-*")), "/opt/cuda"]
-    if env.get("CONDA_PREFIX"):
-        candidates.append(env["CONDA_PREFIX"])
-    homes: list[CudaHome] = []
-    seen: set[str] = set()
-    for path in candidates:
-        real = os.path.realpath(path)
-        if real in seen or not os.path.isdir(path):
-            continue
-        seen.add(real)
-        home = _describe_cuda_home(path)
-        if home.has_nvcc or home.has_headers or home.cudart_in_lib or home.cudart_in_lib64:
-            homes.append(home)
-    return tuple(homes)
-
-
-def _describe_cuda_home(path: str) -> CudaHome:
-    return CudaHome(
-        path=path,
-        version=_cuda_home_version(path),
-        has_nvcc=os.path.isfile(os.path.join(path, "bin", "nvcc")),
-        has_headers=os.path.isfile(os.path.join(path, "include", "cuda_runtime.h")),
-        cudart_in_lib64=os.path.exists(os.path.join(path, "lib64", "libcudart.so")),
-        cudart_in_lib=os.path.exists(os.path.join(path, "lib", "libcudart.so")),
-    )
-
-
-def _cuda_home_version(path: str) -> str | None:
-    """The toolkit's version without running its nvcc: version.json, else CUDA_VERSION in cuda.h (pip layouts
-    ship no version.json)."""
-    try:
-        with open(os.path.join(path, "version.json"), encoding="utf-8") as handle:
-            return str(json.load(handle)["cuda"]["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    for header in [
-        os.path.join(path, "include", "cuda.h"),
-        *glob.glob(os.path.join(path, "targets", "*", "include", "cuda.h")),
-    ]:
-        try:
-            with open(header, encoding="utf-8", errors="replace") as handle:
-                m = _CUDA_VERSION_MACRO.search(handle.read())
-        except OSError:
-            continue
-        if m:
-            number = int(m.group(1))
-            return f"{number // 1000}.{(number % 1000) // 10}"
-    return None
 
 
 def _split(text: str) -> tuple[str, ...]:

@@ -95,7 +95,7 @@ def deep_checks(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from jitguard.facts.flashinfer import probe_import
+    from jitguard.facts.import_probe import probe_import
     from jitguard.findings.checks_packages import import_findings
 
     module = DEEP_IMPORTS.get(backend)

@@ -25,7 +25,8 @@ from jitguard.findings.model import Finding
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.facts.dsl_install import DistCheck, DslInstallFacts
-    from jitguard.facts.flashinfer import GdnKernelModule, ImportProbe
+    from jitguard.facts.flashinfer import GdnKernelModule
+    from jitguard.facts.import_probe import ImportProbe
 
 # Install order of the DSL's wheels (pip's: dependencies first): a later one's copy of a shared path wins.
 # Any other sibling (e.g. -libs-qnx-*) sits between -libs-base and the CUDA-specific wheels.

@@ -5,7 +5,9 @@ boundary with an engine (docs/failsafe.md). A check unit that reads an unavailab
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jitguard.facts import FactUnavailable
@@ -16,6 +18,7 @@ from jitguard.findings.model import Finding
 if TYPE_CHECKING:
     from jitguard.facts.installation import InstallationFacts
 
+_JITGUARD_ROOT = Path(__file__).resolve().parents[1]
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 # Packages some commands need that are the engine's, not jitguard's own dependencies.
 OPTIONAL_PACKAGES = {
@@ -61,19 +64,49 @@ def unit(backend: str, check: Callable[[], list[Finding]]) -> list[Finding]:
         return [unavailable(exc.fact, exc.error, backend)]
 
 
+def raised_by(exc: BaseException) -> tuple[str, str] | None:
+    """Where ``exc`` was raised when that is another package's code, not jitguard's: (the top-level package,
+    "file:line in function"). jitguard's hooks call into FlashInfer and the engines; an error raised there
+    (FlashInfer's include path missing from an image) meets the engine without jitguard too."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if not frames:
+        return None
+    last = Path(frames[-1].filename)
+    if _JITGUARD_ROOT in last.parents:
+        return None
+    roots = [Path(p) for p in sys.path if p and Path(p) in last.parents]
+    if not roots:
+        return None
+    inside = last.relative_to(max(roots, key=lambda r: len(r.parts)))  # site-packages, not the lib above it
+    package = inside.parts[0].removesuffix(".py")
+    if package in sys.stdlib_module_names:
+        return None
+    return package, f"{inside}:{frames[-1].lineno} in {frames[-1].name}"
+
+
 def fault(where: str, then: str, exc: BaseException) -> Finding:
     """jitguard itself failed inside ``where`` (e.g. "the FlashInfer build hook"); ``then`` says what happens
     now (e.g. "FlashInfer builds as it would without jitguard")."""
     import traceback
 
     error = f"{type(exc).__name__}: {exc}"
+    origin = raised_by(exc)
+    fix = repair(error)
+    if origin and fix["repair_command"] == "jitguard doctor":
+        package, place = origin
+        fix["repair"] = (
+            f"The error was raised by {package}'s own code ({place}), which the engine runs without jitguard "
+            f"too: fix what it names in {package} or its environment; jitguard's view of this host:"
+        )
     return make(
         "jitguard-fault",
         evidence=traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:],
         where=where,
         then=then,
         error=error,
-        **repair(error),
+        **fix,
     )
 
 

@@ -18,8 +18,8 @@ from jitguard.facts.flashinfer import (
     ERA_NVCC,
     ERA_TOO_OLD,
     FlashinferFacts,
-    ImportProbe,
 )
+from jitguard.facts.import_probe import ImportProbe
 from jitguard.findings import checks_dsl
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit

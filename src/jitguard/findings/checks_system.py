@@ -1,5 +1,5 @@
-"""Pre-flight checks of the machine: GPU and arch, memory for the nvcc build, disk and cache directories,
-and the environment variables whose values are traps.
+"""Pre-flight checks of the machine: GPU and arch, memory for the nvcc build, and the environment variables whose
+values are traps; the directories builds write to are ``checks_disk``'s.
 
 The torch backend is never blocked by these (it runs anywhere); the findings about jitguard's own cache
 directory concern every backend and carry ``backend="any"``.
@@ -8,7 +8,6 @@ directory concern every backend and carry ``backend="any"``.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -16,22 +15,17 @@ from typing import TYPE_CHECKING, Any
 from jitguard.config import MemorySpec, format_bytes, parse_memory_spec, parse_size
 from jitguard.errors import ConfigError
 from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
-from jitguard.facts.disk import PathFacts
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
-from jitguard.fileio import fallback_path
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_disk import needs_nvcc_build, own_cache, workspace
 from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.checks_packages import cuda_tag
-from jitguard.findings.model import Finding, Severity
+from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
 
 GIB = 1024**3
-# Free space to ask for: the nvcc GDN build writes objects, the .so and nvcc temporaries (~1-2 GiB with
-# 66 TUs); jitguard's cache holds small JSON records and build logs.
-WORKSPACE_MIN_FREE = 2 * GIB
-CACHE_MIN_FREE = 100 * 1024**2
 TRITON_MIN_CAPABILITY = (8, 0)
 BACKEND_LABELS = {
     "flashinfer": "FlashInfer backend",
@@ -41,15 +35,15 @@ BACKEND_LABELS = {
 
 
 def check(facts: Facts, backend: str) -> list[Finding]:
-    own_cache = unit(backend, lambda: _own_cache(facts))
+    cache_dir = unit(backend, lambda: own_cache(facts))
     if backend not in ("flashinfer", "triton"):
-        return own_cache
+        return cache_dir
     found = unit(backend, lambda: _gpu(facts, backend))
     if backend == "flashinfer":
         # One unit each, so a fact that could not be collected costs only the checks that read it.
-        for check in (_memory, _workspace, _environment):
+        for check in (_memory, workspace, _environment):
             found += unit(backend, functools.partial(_if_installed, check, facts))
-    return found + own_cache
+    return found + cache_dir
 
 
 def _if_installed(check: Callable[[Facts], list[Finding]], facts: Facts) -> list[Finding]:
@@ -112,7 +106,7 @@ def _flashinfer_arch(facts: Facts) -> list[Finding]:
                 "triton",
             )
         )
-    # CuTeDSL on SM100 needs a CUDA 13 torch (measured on the H200 host's sibling B200 runs; FACTS.md).
+    # CuTeDSL on SM100 needs a CUDA 13 torch: its SM100 kernels load the DSL's CUDA 13 libraries.
     blackwell = {p for p in pairs - unsupported if p[0] == 10}
     old_torch = packages.torch_flavour == "cuda" and int((packages.torch_cuda or "13").split(".")[0]) < 13
     if fi.era == ERA_CUTEDSL and blackwell and old_torch:
@@ -189,11 +183,6 @@ def _arch_finding(
 # --- memory
 
 
-def _needs_nvcc_build(facts: Facts) -> bool:
-    fi = facts.flashinfer
-    return fi.era == ERA_NVCC and fi.prebuilt_gdn is None
-
-
 def _settings_budget(facts: Facts) -> tuple[MemorySpec | None, int | None]:
     """JITGUARD_MEMORY_BUDGET / JITGUARD_JOB_MEMORY; malformed or zero values are the CLI's to report (exit 2,
     Settings.from_env), so here they count as unset: pre-flight never raises over a setting."""
@@ -215,7 +204,7 @@ def _settings_budget(facts: Facts) -> tuple[MemorySpec | None, int | None]:
 
 
 def _memory(facts: Facts) -> list[Finding]:
-    if not _needs_nvcc_build(facts):
+    if not needs_nvcc_build(facts):
         return []
     fi, memory, env = facts.flashinfer, facts.memory, facts.environment
     budget, job_memory = _settings_budget(facts)
@@ -285,148 +274,6 @@ def _memory(facts: Facts) -> list[Finding]:
 
 def _budget_arg(budget: int) -> str:
     return f"{max(1, budget // GIB)}G"
-
-
-# --- disk and cache directories
-
-
-def _workspace(facts: Facts) -> list[Finding]:
-    fi = facts.flashinfer
-    entry = facts.disk.get(fi.workspace_dir)
-    if entry is None:
-        return []
-    return _directory(
-        entry,
-        backend="flashinfer",
-        purpose=f"FlashInfer's JIT workspace ({fi.workspace_dir})",
-        unwritable_severity=None,
-        consequence="`import flashinfer` creates it and fails otherwise; builds cannot write their output.",
-        min_free=WORKSPACE_MIN_FREE if _needs_nvcc_build(facts) else None,
-        low_purpose=f"The build of {fi.gdn_module}",
-        loader="FlashInfer",
-        relocate={
-            "relocate_text": "Or point FlashInfer's workspace at a directory of your own:",
-            "relocate_command": "export FLASHINFER_WORKSPACE_BASE=/path/with/space",
-        },
-    )
-
-
-_CACHE_RELOCATE: dict[str, Any] = {
-    "relocate_text": "Or move jitguard's cache dir:",
-    "relocate_command": "export JITGUARD_CACHE_DIR=/path/of/your/own",
-}
-
-
-def _own_cache(facts: Facts) -> list[Finding]:
-    workspace = str(facts.flashinfer.workspace_dir)
-    found = []
-    for entry in facts.disk.paths:
-        if entry.path != workspace:
-            found += own_cache_dir(entry)
-    return found
-
-
-def own_cache_dir(entry: PathFacts) -> list[Finding]:
-    """The findings about jitguard's own cache dir: refused (``cache-dir-untrusted``: not read, not written),
-    unwritable, low on space. Its fallback for logs and slots is the one ``jitguard.fileio.state_dir`` uses."""
-    fallback = f"the private temporary directory {fallback_path()}"
-    if entry.untrusted:
-        return [
-            make(
-                "cache-dir-untrusted",
-                backend="any",
-                evidence=_disk_evidence(entry),
-                path=entry.path,
-                reasons="; ".join(entry.untrusted),
-                fallback=fallback,
-                **_CACHE_RELOCATE,
-            )
-        ]
-    return _directory(
-        entry,
-        backend="any",
-        purpose=f"jitguard's cache dir ({entry.path})",
-        unwritable_severity="warning",
-        consequence=f"Build failures are not remembered, and build logs and compile slots go to {fallback}.",
-        min_free=CACHE_MIN_FREE,
-        low_purpose="jitguard's cache (failure records, build logs)",
-        loader="jitguard's build hook",
-        relocate=_CACHE_RELOCATE,
-    )
-
-
-def _directory(
-    entry: PathFacts,
-    *,
-    backend: str,
-    purpose: str,
-    unwritable_severity: Severity | None,
-    consequence: str,
-    min_free: int | None,
-    low_purpose: str,
-    loader: str,
-    relocate: dict[str, Any],
-) -> list[Finding]:
-    """The findings about one directory something writes to: unwritable, low on space (``min_free``; None to
-    skip), or writable by other users (whose files ``loader`` would then load)."""
-    evidence = _disk_evidence(entry)
-    found = []
-    if not entry.writable:
-        found.append(
-            make(
-                "cache-dir-unwritable",
-                backend=backend,
-                severity=unwritable_severity,
-                evidence=evidence,
-                path=entry.path,
-                purpose=purpose,
-                uid=os.geteuid(),
-                error=entry.error or "not writable",
-                consequence=consequence,
-                **relocate,
-            )
-        )
-    elif min_free is not None and entry.free_bytes is not None and entry.free_bytes < min_free:
-        found.append(
-            make(
-                "disk-low",
-                backend=backend,
-                evidence=evidence,
-                path=entry.path,
-                existing=entry.existing,
-                free=format_bytes(entry.free_bytes),
-                need=format_bytes(min_free),
-                purpose=low_purpose,
-                **relocate,
-            )
-        )
-    if entry.shared_writable:
-        found.append(
-            make(
-                "cache-dir-shared-writable",
-                backend=backend,
-                evidence=evidence,
-                path=entry.path,
-                existing=entry.existing,
-                purpose=purpose,
-                reasons="; ".join(f"{entry.existing}: {r}" for r in entry.others_can_write),
-                loader=loader,
-                **relocate,
-            )
-        )
-    return found
-
-
-def _disk_evidence(entry: PathFacts) -> list[str]:
-    lines = [
-        f"{entry.path}: exists={entry.exists}, nearest existing={entry.existing}, mode={entry.mode}, "
-        f"owner uid={entry.owner_uid}, writable={entry.writable}"
-    ]
-    if entry.free_bytes is not None:
-        lines.append(f"free: {format_bytes(entry.free_bytes)} of {format_bytes(entry.total_bytes or 0)}")
-    if entry.error:
-        lines.append(entry.error)
-    return lines
 
 
 # --- environment

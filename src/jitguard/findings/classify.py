@@ -184,7 +184,7 @@ def _facts_params(code: str, facts: Facts | None, found: dict[str, Any]) -> dict
         return log_params(facts, found.get("arch"))
     if facts is None:
         return {}
-    from jitguard.findings.checks_toolchain import params_for
+    from jitguard.findings.toolchain_fixes import params_for
 
     return params_for(code, facts)
 

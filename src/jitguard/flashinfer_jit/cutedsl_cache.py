@@ -8,13 +8,11 @@ compiles again (measured 3.7-7.9 s per specialisation on an H200). ``route(modul
 ``cached_compile`` in its place (and in every FlashInfer module that imported the name), which on a miss of
 that dict:
 
-1. keys the kernel by everything that changes it (``kernel_key``): FlashInfer's version and the kernel's source
-   file, FlashInfer's own compile key and options, the GPU arch, the DSL stack (``facts.cutedsl``) and the
-   ``CUTE_DSL_*`` variables that change code (not the DSL's cache or dump dir, nor its log settings): nothing
-   in it names a path, so a cache root moved or copied to another host with the same stack hits. A compile key jitguard cannot write down stably (an object's address in it) is
-   not persisted: the kernel is compiled as without jitguard;
+1. keys the kernel by everything that changes it and no path (``cutedsl_key``), so a cache root moved or copied
+   to another host with the same stack hits; a compile key jitguard cannot write down stably is not
+   persisted: the kernel is compiled as without jitguard;
 2. loads it from the kernel cache (``state.kernel_cache``: verified by sha256, trusted like the rest of the
-   cache dir) with the DSL's own loader (``cute.runtime.load_module``) and puts it in FlashInfer's dict, so
+   cache dir) with the DSL's own loader (``cutedsl_objects``) and puts it in FlashInfer's dict, so
    FlashInfer's own later lookups (and ``get_cached_compile``) find it;
 3. else takes a per-kernel lock (other ranks wait, visibly, then load), compiles with FlashInfer's own
    ``cached_compile`` (logged when it takes over a second: what, and for how long), exports the object with
@@ -27,6 +25,12 @@ holds no path, so hosts with the same stack and arch agree; sha256-verified by t
 before it is kept), and a kernel compiled here is published (``JITGUARD_SHARE_PUBLISH=1``), as FlashInfer's
 nvcc modules are (``fleet.module_share``): a store that fails is one warning and a local compile.
 
+Never both caches for one kernel: kernels FlashInfer keeps in its own CuTeDSL disk cache
+(``flashinfer.jit.cute_dsl_core``, >= 0.6.18: Blackwell GDN prefill and GDN decode from 0.7) never pass through
+``cached_compile``, and a ``cached_compile`` that FlashInfer itself made persistent (``facts.cutedsl_routes``) is
+left unrouted: jitguard defers to FlashInfer, whose cache is kept in step with its kernels, rather than keep a
+second copy that could go stale (docs/cutedsl.md).
+
 Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
 object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
 and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller
@@ -36,12 +40,7 @@ unchanged. ``JITGUARD_DISABLE=1`` or ``JITGUARD_CUTEDSL_CACHE=0`` is stock Flash
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
-import inspect
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -53,13 +52,14 @@ from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
-from jitguard.facts.cutedsl import dsl_environment, dsl_stack
-from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
+from jitguard.facts.cutedsl_routes import persists_itself
+from jitguard.flashinfer_jit import cutedsl_objects
+from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
+from jitguard.state.kernel_cache import KernelCache, KernelKey
 from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 FUNCTION = "cached_compile"
-KEY_VERSION = "2"  # 2: no path in the key (a cache dir, a wheel's origin URL); a moved cache hits
 # A compile longer than this is logged as it happens ("compiling ..."), then with its duration.
 VISIBLE_AFTER_S = 1.0
 # Other ranks wait this long at most for one compile (seconds each, normally), then compile themselves.
@@ -68,10 +68,6 @@ MAX_WAIT_S = 600.0
 log = logging.getLogger("jitguard.cutedsl")
 _lock = threading.RLock()
 _warned: set[str] = set()
-
-
-class NotPersistable(Exception):
-    """This kernel's compile key cannot be written down stably; it is compiled as without jitguard."""
 
 
 def route(module: ModuleType) -> bool:
@@ -84,6 +80,15 @@ def route(module: ModuleType) -> bool:
     with _lock:
         if patches.is_wrapped(module, FUNCTION):
             return True
+        if _flashinfer_persists(module):
+            _warn_once(
+                "flashinfer-disk",
+                "jitguard: this FlashInfer keeps these CuTeDSL kernels on disk itself (%s compiles through "
+                "flashinfer.jit.cute_dsl_core); jitguard's kernel cache stands aside for them",
+                module.__name__,
+                level=logging.INFO,
+            )
+            return False
         current = getattr(module, FUNCTION, None)
         known = isinstance(getattr(module, "_in_mem_compile_cache", None), dict) and callable(
             getattr(module, "_compile_options_key", None)
@@ -100,6 +105,13 @@ def route(module: ModuleType) -> bool:
         return patches.wrap(
             module, FUNCTION, lambda original: _persisting(module, original), rebind_under="flashinfer"
         )
+
+
+def _flashinfer_persists(module: ModuleType) -> bool:
+    """Whether FlashInfer's compile cache writes to FlashInfer's own disk cache (``facts.cutedsl_routes``):
+    then a kernel kept by jitguard too would be a second copy, so jitguard defers."""
+    source = getattr(module, "__file__", None)
+    return bool(source) and persists_itself(Path(str(source)))
 
 
 def unroute(module: ModuleType) -> None:
@@ -139,7 +151,7 @@ def _first_use(module: ModuleType, func: Any, options: Any, memory_key: Any, sto
         cache = KernelCache(settings.cache_dir)
     except NotPersistable as exc:
         _warn_once("persist", "jitguard: %s; compiled in this process only", exc, level=logging.DEBUG)
-        return _timed(stock, _describe(func, options))
+        return _timed(stock, describe(func, options))
     except Exception as exc:
         _fault("keying a CuTeDSL kernel", exc)
         return stock()
@@ -164,71 +176,6 @@ def _first_use(module: ModuleType, func: Any, options: Any, memory_key: Any, sto
     finally:
         if lock is not None:
             lock.release()
-
-
-def kernel_key(func: Any, options: Any, memory_key: Any) -> KernelKey:
-    """Everything that makes this compiled kernel what it is. Raises NotPersistable when FlashInfer's compile
-    key does not read the same in another process (an object's address in its text)."""
-    kernel_text = repr(memory_key)
-    if " at 0x" in kernel_text or "<locals>" in kernel_text:
-        raise NotPersistable(f"the compile key of {type(func).__name__} names a process-local object")
-    stack = dsl_stack()
-    if not stack:
-        raise NotPersistable("no nvidia-cutlass-dsl distribution is installed")
-    try:
-        source = inspect.getsourcefile(type(func))
-    except (OSError, TypeError):
-        source = None
-    if source is None or not os.path.isfile(source):
-        raise NotPersistable(f"the source of {type(func).__name__} cannot be found")
-    material = {
-        "key_version": KEY_VERSION,
-        "flashinfer": _version("flashinfer-python"),
-        "kernel_source": _file_digest(source),
-        "kernel": kernel_text,
-        "arch": _arch(options),
-        "dsl": ";".join(stack),
-        "dsl_env": ";".join(dsl_environment()),
-    }
-    return KernelKey(name=_describe(func, options), material=material)
-
-
-def _describe(func: Any, options: Any) -> str:
-    """``_FullyFusedDeltaRuleSm90(bf16, alpha, beta, init_state)``: the class and what is switched on."""
-    attrs = getattr(func, "__dict__", {})
-    on = [
-        name.removeprefix("needs_")
-        for name, value in attrs.items()
-        if name.startswith("needs_") and value is True
-    ]
-    dtype = attrs.get("dtype") or attrs.get("io_dtype")
-    parts = ([getattr(dtype, "__name__", str(dtype))] if dtype is not None else []) + on
-    return f"{type(func).__name__}({', '.join(parts)})"
-
-
-def _arch(options: Any) -> str:
-    """The GPU arch the kernel is compiled for: the GPUArch option, else CUTE_DSL_ARCH, else the device's."""
-    for option in options if isinstance(options, tuple) else (options,):
-        if type(option).__name__ == "GPUArch" and getattr(option, "value", None):
-            return str(option.value)
-    if os.environ.get("CUTE_DSL_ARCH"):
-        return os.environ["CUTE_DSL_ARCH"]
-    import torch
-
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
-
-
-@functools.cache
-def _file_digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _timed(compile: Callable[[], Any], name: str) -> Any:
@@ -279,7 +226,7 @@ def _load(cache: KernelCache, key: KernelKey) -> Any:
             log.debug("jitguard: kernel cache miss for %s: %s", key.name, lookup.reason)
             return None
         start = time.monotonic()
-        loaded = load_object(lookup.entry)
+        loaded = cutedsl_objects.load_object(lookup.entry)
     except Exception as exc:
         _fault(f"loading the cached CuTeDSL kernel {key.name}", exc)
         return None
@@ -318,10 +265,9 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, 
                 damaged,
             )
             return None
-        blob, format = export_object(compiled, key.symbol)
-        load_object(
-            KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
-        )  # a kernel that does not load back is not kept for others
+        blob, format = cutedsl_objects.export_object(compiled, key.symbol)
+        # A kernel that does not load back is not kept for others.
+        cutedsl_objects.load_bytes(cache, key, blob, format)
         if cache.put(key, blob, format=format):
             log.info("jitguard: kept the CuTeDSL kernel %s for later processes (%s)", key.name, cache.root)
         return blob, format
@@ -330,45 +276,11 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, 
         return None
 
 
-# -- the fleet: kernels shared between hosts through the artifact store (JITGUARD_SHARE) ------------------
-SHARED_MODULE = "cutedsl-kernel"
-
-
-def _share(settings: Settings, key: KernelKey) -> Any:
-    from jitguard.fleet.artifact_store import ArtifactKey
-    from jitguard.fleet.module_share import Share
-
-    return Share(
-        settings.share_url or "", ArtifactKey(SHARED_MODULE, key.digest, "object"), settings.share_timeout
-    )
-
-
 def _fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any:
-    """The kernel another host compiled, fetched (sha256-verified by the store), loaded here, and kept in the
-    kernel cache for later processes. None on a miss or any fault (warned once), then it is compiled."""
+    """The kernel another host compiled (``cutedsl_objects.fetch_shared``); None on a miss or any fault
+    (warned once), then it is compiled."""
     try:
-        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-fetch-") as directory:
-            outcome = _share(settings, key).fetch(Path(directory))
-            if outcome.action != "fetched" or len(outcome.files) != 1:
-                return None
-            name = outcome.files[0]
-            format = name.removesuffix(".o")
-            if format not in FORMATS:
-                log.warning(
-                    "jitguard: the store holds %s for %s, not a kernel object; compiling it", name, key.name
-                )
-                return None
-            blob = (Path(directory) / name).read_bytes()
-        loaded = load_object(
-            KernelEntry(key.digest, key.name, key.symbol, format, blob, time.time(), cache.root)
-        )
-        cache.put(key, blob, format=format)
-        log.info(
-            "jitguard: fetched the CuTeDSL kernel %s from the fleet (%d bytes, no compile)",
-            key.name,
-            len(blob),
-        )
-        return loaded
+        return cutedsl_objects.fetch_shared(settings, cache, key)
     except Exception as exc:
         _fault(f"fetching the CuTeDSL kernel {key.name}", exc)
         return None
@@ -376,41 +288,9 @@ def _fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any
 
 def _publish_shared(settings: Settings, key: KernelKey, blob: bytes, format: str) -> None:
     try:
-        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-publish-") as directory:
-            path = Path(directory) / f"{format}.o"
-            path.write_bytes(blob)
-            _share(settings, key).publish({path.name: path}, {"name": key.name, "symbol": key.symbol})
+        cutedsl_objects.publish_shared(settings, key, blob, format)
     except Exception as exc:
         _fault(f"publishing the CuTeDSL kernel {key.name}", exc)
-
-
-def export_object(compiled: Any, symbol: str) -> tuple[bytes, str]:
-    """The compiled kernel as an object file the DSL loads back, and its format."""
-    if _is_tvm_ffi(compiled):
-        with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-") as directory:
-            path = Path(directory) / f"{symbol}.o"
-            compiled.export_to_c(str(path), function_name=symbol)
-            return path.read_bytes(), "tvm-ffi-object"
-    return bytes(compiled.dump_to_object(symbol)), "cute-object"
-
-
-def load_object(entry: KernelEntry) -> Any:
-    """The kernel in ``entry``, loaded by the DSL: a function taking the same arguments as the compiled one.
-    The verified bytes are loaded from a private copy, never from the cache file itself (a file swapped
-    between the check and the load would not be the one checked)."""
-    import cutlass.cute as cute
-
-    with tempfile.TemporaryDirectory(prefix="jitguard-cutedsl-") as directory:
-        path = Path(directory) / f"{entry.symbol}.o"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(entry.blob)
-        module = cute.runtime.load_module(str(path), enable_tvm_ffi=entry.format == "tvm-ffi-object")
-        return getattr(module, entry.symbol)
-
-
-def _is_tvm_ffi(compiled: Any) -> bool:
-    return any(cls.__name__.startswith("TVMFFI") for cls in type(compiled).__mro__)
 
 
 def _fault(where: str, exc: BaseException) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
+from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.decision.gdn_variants import (
     FULL_MODULE,
     Family,
@@ -42,7 +43,6 @@ from jitguard.decision.gdn_variants import (
     falls_back_to_full,
     family_for,
     plan_for,
-    variant_of_call,
 )
 from jitguard.errors import BuildFailed
 from jitguard.facts.flashinfer import installed_version

@@ -28,18 +28,14 @@ How it fits the supervised build:
   reason in the attempt's directory, the others read it and do not try again, and the runner says it once.
   ``SCCACHE_IGNORE_SERVER_IO_ERROR=1`` makes a client that loses its server compile locally as well.
 
-The launcher-side half (``wrap_command``, ``ensure_server``, ``snapshot_stats``) is stdlib only and imports
-nothing of jitguard: it runs once per compile command.
+This module is the runner's half (choosing, the build's session, its stats); the launcher's half, which runs
+once per compile command, is ``fleet.compiler_cache_launch``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,12 +44,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jitguard.fleet.compiler_cache_launch import (
+    ATTEMPT_BINARY_ENV,
+    ATTEMPT_DIR_ENV,
+    BROKEN_FILE,
+    SOCKET_FILE,
+    STATS_FILE,
+    read_json,
+    read_text,
+)
+
 MODE_ENV = "JITGUARD_COMPILER_CACHE"  # auto | sccache | off
 BINARY_ENV = "JITGUARD_SCCACHE"  # the sccache executable (default: on PATH, else beside this Python)
 MODES = ("auto", "sccache", "off")
-# What the runner hands the launchers of one attempt.
-ATTEMPT_DIR_ENV = "JITGUARD_SCCACHE_ATTEMPT_DIR"
-ATTEMPT_BINARY_ENV = "JITGUARD_SCCACHE_BIN"
 # sccache's own variables that name a storage backend: any one set means the user has configured sccache.
 BACKEND_VARIABLES = (
     "SCCACHE_DIR",
@@ -72,17 +75,10 @@ BACKEND_VARIABLES = (
     "SCCACHE_CONF",
 )
 # Compilers whose ``-c`` compiles sccache caches (a link or anything else runs as it is).
-_COMPILERS = ("nvcc", "c++", "g++", "gcc", "cc", "clang", "clang++")
-_WRAPPERS = ("sccache", "ccache", "distcc")
-_SOCKET = "server.sock"
-_STATS = "stats.json"
-_BROKEN = "broken.txt"
-_START_TIMEOUT_S = 30.0  # sccache itself gives up after 10 s when its backend is unreachable
-_STATS_TIMEOUT_S = 10.0
 _VERSION_TIMEOUT_S = 10.0
 
 
-# -- choosing: the runner's half --------------------------------------------------------------------------
+# -- choosing --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -292,7 +288,7 @@ class Session:
         return {
             ATTEMPT_DIR_ENV: str(directory),
             ATTEMPT_BINARY_ENV: self.choice.binary,
-            "SCCACHE_SERVER_UDS": str(directory / _SOCKET),
+            "SCCACHE_SERVER_UDS": str(directory / SOCKET_FILE),
             "SCCACHE_IDLE_TIMEOUT": "0",  # the keeper ends it with the attempt
             "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",  # a client that loses its server compiles locally
             "SCCACHE_ERROR_LOG": str(directory / "server.log"),
@@ -301,9 +297,9 @@ class Session:
     def finish_attempt(self, attempt_no: int) -> CacheStats:
         """The stats of an attempt that ended (its server is gone with its process tree)."""
         directory = self.attempt_dir(attempt_no)
-        data = _read_json(directory / _STATS)
+        data = read_json(directory / STATS_FILE)
         stats = parse_stats(data, self.choice.backend) if data else CacheStats(self.choice.backend)
-        broken = _read_text(directory / _BROKEN)
+        broken = read_text(directory / BROKEN_FILE)
         if broken:
             stats = CacheStats(**{**stats.__dict__, "degraded": broken})
         self.attempts.append(stats)
@@ -314,152 +310,3 @@ class Session:
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip() or None
-    except OSError:
-        return None
-
-
-# -- the launcher's half (stdlib only) ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Wrapper:
-    """How the launcher runs one compile through sccache."""
-
-    binary: str
-    directory: Path
-
-    @property
-    def socket(self) -> Path:
-        return self.directory / _SOCKET
-
-
-def wrapper_for(command: Sequence[str], env: Mapping[str, str]) -> Wrapper | None:
-    """The sccache wrapper for ``command`` when the attempt uses the compiler cache and ``command`` is a compile
-    (a known compiler with ``-c``, not already behind a compiler wrapper); else None."""
-    directory = env.get(ATTEMPT_DIR_ENV)
-    binary = env.get(ATTEMPT_BINARY_ENV)
-    if not directory or not binary or not command:
-        return None
-    name = os.path.basename(command[0])
-    if name in _WRAPPERS or "-c" not in command[1:]:
-        return None
-    if not any(name == c or name.endswith("-" + c) for c in _COMPILERS):
-        return None
-    return Wrapper(binary, Path(directory))
-
-
-def _connectable(path: Path) -> bool:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(1.0)
-        sock.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Any:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def ensure_server(wrapper: Wrapper) -> str | None:
-    """Start the attempt's sccache server unless it runs. None when it is up; else why not (then left in the
-    attempt's directory, so no other launcher of the attempt tries again)."""
-    broken = wrapper.directory / _BROKEN
-    if broken.exists():
-        return _read_text(broken) or "sccache did not start"
-    if _connectable(wrapper.socket):
-        return None
-    with _locked(wrapper.directory / "start.lock"):
-        if broken.exists():
-            return _read_text(broken) or "sccache did not start"
-        if _connectable(wrapper.socket):
-            return None
-        # Output to a file, never a pipe: whatever sccache leaves running must not hold ninja's pipe open.
-        with tempfile.TemporaryFile(dir=wrapper.directory) as out:
-            try:
-                proc = subprocess.run(
-                    [wrapper.binary, "--start-server"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=_START_TIMEOUT_S,
-                )
-                out.seek(0)
-                text = out.read().decode("utf-8", "replace")
-                problem = None
-                if proc.returncode != 0 or not _connectable(wrapper.socket):
-                    lines = [
-                        line for line in text.splitlines() if "error" in line.lower()
-                    ] or text.splitlines()
-                    problem = f"the sccache server did not start: {' '.join(lines[-2:])[:300] or 'no output'}"
-            except subprocess.TimeoutExpired:
-                problem = f"the sccache server did not start within {_START_TIMEOUT_S:g} s"
-            except OSError as exc:
-                problem = f"cannot run {wrapper.binary}: {exc.strerror or exc}"
-        if problem is not None:
-            _write_atomically(broken, problem + "\n")
-        return problem
-
-
-def snapshot_stats(wrapper: Wrapper) -> None:
-    """Keep the server's counters in the attempt's directory (the snapshot with the most compile requests
-    wins). Best effort: a missing snapshot only means the build reports no stats."""
-    if not _connectable(wrapper.socket):
-        return
-    try:
-        proc = subprocess.run(
-            [wrapper.binary, "--show-stats", "--stats-format", "json"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=_STATS_TIMEOUT_S,
-        )
-        data = json.loads(proc.stdout.decode("utf-8", "replace"))
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return
-    if not isinstance(data, dict):
-        return
-    target = wrapper.directory / _STATS
-    with contextlib.suppress(OSError), _locked(wrapper.directory / "stats.lock"):
-        previous = _read_json(target) or {}
-        if _requests(data) >= _requests(previous):
-            _write_atomically(target, json.dumps(data))
-
-
-def _requests(data: Mapping[str, Any]) -> int:
-    stats = data.get("stats")
-    value = stats.get("compile_requests", -1) if isinstance(stats, dict) else -1
-    return value if isinstance(value, int) else -1
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

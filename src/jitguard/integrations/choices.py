@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING
 from jitguard.boundary.failsafe import AlreadyReported, report_fault
 from jitguard.boundary.process_facts import ProcessFacts, process_facts
 from jitguard.decision.engine import (
+    BUILD_DOOM,
     CACHED_FAILURE,
     GDN_PREFILL,
+    KERNELS,
     Choice,
     ChoiceStatus,
     ChoiceUnavailable,
@@ -121,7 +123,55 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
     jit_cache = bool(fi.jit_cache_version) and bool(fi.jit_cache_matches) and not fi.jit_cache_import_raises
     arch_build, arch_always = for_choice(facts, choice.key)  # the GPU arch x toolkit check, per module kind
     pre = [*jit_preflight(facts), *arch_build]
+    if fi.cubin_dir is not None and not jit_cache and any(f.code in BUILD_DOOM for f in pre):
+        known += _cubin_without_modules(facts)
+    if choice is KERNELS and jit_cache:
+        known += _vllm_gate_without_cubin(facts, pre)
     return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
+
+
+def _cubin_without_modules(facts: Facts) -> list[Finding]:
+    """Why flashinfer-cubin does not make a choice work where its modules cannot be built: it holds kernel
+    binaries, no module (``facts.flashinfer_modules.cubin_kernels``)."""
+    from jitguard.facts.flashinfer_modules import cubin_kernels
+    from jitguard.findings.checks_packages import jit_cache_install_command
+
+    fi = facts.flashinfer
+    kernels = cubin_kernels(fi)
+    launchers = sorted({m for _, m in kernels if m is not None})
+    return [
+        make(
+            "flashinfer-cubin-no-modules",
+            backend="flashinfer",
+            evidence=[
+                f"{fi.cubin_dir}: kernel families {', '.join(f for f, _ in kernels) or 'none'}",
+                "no flashinfer-jit-cache of flashinfer-python's version: every module compiles on first use",
+            ],
+            cubin_version=fi.cubin_version,
+            kernels=", ".join(f for f, _ in kernels) or "none found",
+            launchers=", ".join(launchers) or "none",
+            jit_cache_command=jit_cache_install_command(facts),
+        )
+    ]
+
+
+def _vllm_gate_without_cubin(facts: Facts, pre: Sequence[Finding]) -> list[Finding]:
+    """vLLM's has_flashinfer() wants nvcc and ninja, or flashinfer-cubin; a matching jit-cache it ignores. Where
+    that turns FlashInfer's prebuilt kernels off, say so (jitguard never turns vLLM's False into True)."""
+    fi = facts.flashinfer
+    missing = [f.code.removesuffix("-missing") for f in pre if f.code in ("nvcc-missing", "ninja-missing")]
+    if fi.cubin_version is not None or not missing:
+        return []
+    return [
+        make(
+            "vllm-gate-wants-cubin",
+            backend="flashinfer",
+            evidence=[f"{fi.jit_cache_dir}: flashinfer-jit-cache {fi.jit_cache_version}", *missing],
+            missing=f"{' and '.join(missing)} cannot be found and flashinfer-cubin is not installed",
+            jit_cache_version=fi.jit_cache_version,
+            version=fi.version,
+        )
+    ]
 
 
 def _in_process(facts: Facts) -> bool:

@@ -5,7 +5,9 @@ hook on ``sys.meta_path``, so ``import jitguard`` and ``install()`` never import
 once when it already is:
 
 - ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
-  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded);
+  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded), for nvcc
+  modules only: from 0.6.18 the same base also serves ``JitSpecCuteDsl``, FlashInfer's own CuTeDSL disk cache,
+  which jitguard leaves to FlashInfer (docs/cutedsl.md);
 - ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
@@ -156,6 +158,9 @@ _STOCK: Any = object()
 def _guarded_build_and_load(original: Any) -> Any:
     @functools.wraps(original)
     def build_and_load(self: Any) -> Any:
+        if not _is_nvcc_spec(self):  # a CuTeDSL kernel FlashInfer keeps on its own disk cache
+            return original(self)
+
         def supervised() -> Any:
             # Stock behaviour when jitguard is switched off after install, for prebuilt (AOT) modules, and when
             # FlashInfer's JIT is disabled (it raises its own MissingJITCacheError, which callers expect).
@@ -171,6 +176,15 @@ def _guarded_build_and_load(original: Any) -> Any:
         return original(self) if loaded is _STOCK else loaded
 
     return build_and_load
+
+
+def _is_nvcc_spec(spec: Any) -> bool:
+    """Whether ``spec`` is one of FlashInfer's nvcc modules. From 0.6.18 one ``JitSpec`` base serves both its
+    nvcc modules (``JitSpecNvcc``) and its CuTeDSL kernels (``JitSpecCuteDsl``, compiled in-process and kept
+    in FlashInfer's own disk cache): only the nvcc ones are jitguard's to build; the others stay FlashInfer's,
+    so no kernel is compiled or kept twice."""
+    nvcc = getattr(sys.modules.get(CORE_MODULE), "JitSpecNvcc", None)
+    return not isinstance(nvcc, type) or isinstance(spec, nvcc)
 
 
 def _guarded_run_ninja(original: Any) -> Any:
@@ -241,12 +255,8 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
-    from jitguard.decision.gdn_variants import (
-        VariantError,
-        family_for,
-        model_gdn_from_config,
-        variants_for_model,
-    )
+    from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
+    from jitguard.decision.gdn_variants import VariantError, family_for
     from jitguard.flashinfer_jit.gdn_router import expect
 
     settings = Settings.from_env()

@@ -14,8 +14,9 @@ The hooks, one family of SGLang releases each, found by name (``LAYOUTS``):
   returns each model runner's ``LinearAttnBackends(decode, prefill, verify)``: an AFTER hook returns a corrected
   copy;
 - 0.5.11-0.5.17: ``initialize_linear_attn_config(server_args)`` in the same module, which sets the process-wide
-  ``LINEAR_ATTN_DECODE_BACKEND`` / ``LINEAR_ATTN_PREFILL_BACKEND`` that the GDN backend reads: an AFTER hook
-  corrects them.
+  choice the GDN backend reads: the globals ``LINEAR_ATTN_DECODE_BACKEND`` / ``LINEAR_ATTN_PREFILL_BACKEND``
+  (0.5.11-0.5.16), or the dict ``_BACKENDS`` with a verify phase too (0.5.17, where SGLang's attention registry
+  also passes the SM100 prefill default it picked): an AFTER hook corrects them.
 
 For each phase SGLang set to FlashInfer, the process's one ``ChoiceGuard`` judges the phase's choice
 (``decision.sglang.PHASE_CHOICES``: the same facts, failure cache and choice core as the vLLM plugin, FlashInfer
@@ -79,15 +80,29 @@ class Layout:
     function: str  # in UTILS
     phases: tuple[str, ...]
     releases: str
+    # a process-wide layout's dict of the phases' backends in UTILS ("": one global per phase)
+    table: str = ""
 
     @property
     def target(self) -> str:
         return f"{UTILS}.{self.function}"
 
+    def found_in(self, utils: object) -> bool:
+        """Whether SGLang's linear-attention module ``utils`` is of this layout."""
+        if not callable(getattr(utils, self.function, None)):
+            return False
+        return not self.table or isinstance(getattr(utils, self.table, None), dict)
+
+    def found_in_source(self, source: str) -> bool:
+        """The same, read from the module's source (no import)."""
+        return f"def {self.function}(" in source and (not self.table or f"\n{self.table}:" in source)
+
 
 PER_RUNNER = Layout("per-runner", "resolve_linear_attn_backends", PHASES, "0.5.18+")
-PROCESS_WIDE = Layout("process-wide", "initialize_linear_attn_config", ("prefill", "decode"), "0.5.11-0.5.17")
-LAYOUTS = (PER_RUNNER, PROCESS_WIDE)
+PROCESS_TABLE = Layout("process-wide table", "initialize_linear_attn_config", PHASES, "0.5.17", "_BACKENDS")
+PROCESS_WIDE = Layout("process-wide", "initialize_linear_attn_config", ("prefill", "decode"), "0.5.11-0.5.16")
+# The first found wins: the table layout before the globals (0.5.17 has both functions' names).
+LAYOUTS = (PER_RUNNER, PROCESS_TABLE, PROCESS_WIDE)
 REQUEST_HOOK = f"{SERVER_ARGS}.ServerArgs._handle_linear_attn_backend"  # <= 0.5.18
 
 
@@ -162,27 +177,37 @@ def check_runner_backends(result: Any, *args: Any, **kwargs: Any) -> Any:
 
 @_fail_safe
 def check_process_backends(result: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER ``initialize_linear_attn_config(server_args)`` (0.5.11-0.5.17): correct the process-wide globals."""
+    """AFTER ``initialize_linear_attn_config(server_args, ...)`` (0.5.11-0.5.17): correct the process-wide
+    choice where SGLang keeps it (the globals, or 0.5.17's ``_BACKENDS`` dict)."""
     server_args = args[0] if args else kwargs.get("server_args")
     utils = importlib.import_module(UTILS)
-    current = {p: getattr(utils, name) for p, name in GLOBALS.items()}
+    table = getattr(utils, PROCESS_TABLE.table, None)
+    if isinstance(table, dict):
+        current = {p: table[p] for p in PROCESS_TABLE.phases if table.get(p) is not None}
+    else:
+        current = {p: getattr(utils, name) for p, name in GLOBALS.items()}
     chosen = {p: str(v.value) for p, v in current.items()}
     for p, b in choose(chosen, request_of(server_args)).items():
-        if b != chosen[p]:
+        if b == chosen[p]:
+            continue
+        if isinstance(table, dict):
+            table[p] = type(current[p])(b)
+        else:
             setattr(utils, GLOBALS[p], type(current[p])(b))
 
 
 _HOOKS: dict[str, Callable[..., Any]] = {
     PER_RUNNER.name: check_runner_backends,
+    PROCESS_TABLE.name: check_process_backends,
     PROCESS_WIDE.name: check_process_backends,
 }
 
 
 def installed_layout() -> Layout | None:
     """The layout of the SGLang in this process (imports SGLang's small linear-attention module, which SGLang
-    has imported itself by the time it loads plugins), or None when it has neither function."""
+    has imported itself by the time it loads plugins), or None when it has none jitguard knows."""
     utils = importlib.import_module(UTILS)
-    return next((layout for layout in LAYOUTS if callable(getattr(utils, layout.function, None))), None)
+    return next((layout for layout in LAYOUTS if layout.found_in(utils)), None)
 
 
 def _overwrites_decode_option() -> bool:
@@ -269,6 +294,11 @@ def guard() -> ChoiceGuard:
 # ---- for `jitguard doctor --engine sglang` ------------------------------------------------------------------
 DEFAULTS = {  # when SGLang picks FlashInfer for a phase by itself
     PROCESS_WIDE.name: {"prefill": "never", "decode": "on SM100 with --mamba-ssm-dtype bfloat16"},
+    PROCESS_TABLE.name: {
+        "prefill": "in its validated GDN domain (SM100 with CUDA 13)",
+        "decode": "on SM100 with --mamba-ssm-dtype bfloat16",
+        "verify": "when decode is FlashInfer (an unset verify follows decode)",
+    },
     PER_RUNNER.name: {
         "prefill": "in its validated GDN domains (0.5.18: SM100 with CUDA 13; 0.5.19+: SM90 too)",
         "decode": "on SM100 with --mamba-ssm-dtype bfloat16",
@@ -320,5 +350,5 @@ def _installed_files() -> tuple[str | None, Layout | None]:
         source = Path(str(dist.locate_file(UTILS.replace(".", "/") + ".py"))).read_text(encoding="utf-8")
     except (metadata.PackageNotFoundError, OSError):
         return None, None
-    found = next((layout for layout in LAYOUTS if f"def {layout.function}(" in source), None)
+    found = next((layout for layout in LAYOUTS if layout.found_in_source(source)), None)
     return dist.version, found

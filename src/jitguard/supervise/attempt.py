@@ -165,22 +165,33 @@ def run_attempt(
             if idle >= min(_SLOT_CHECK_S, stall) and (now >= next_slot_check or idle >= stall):
                 # Waiting for slots that other builds hold is not a stall; the deadline still bounds it.
                 next_slot_check = now + _SLOT_CHECK_S
+                was_waiting = progress.waiting_for_slot
                 attempt.slot_holders = _foreign_slot_holders(tree, b.slots_dir)
                 progress.waiting_for_slot = bool(attempt.slot_holders)
-                if attempt.slot_holders:
+                if attempt.slot_holders or was_waiting:
+                    # Waiting, or the wait just ended: the stall clock starts when the build can run.
                     last_activity = now
-                    if now >= next_slot_report:
-                        next_slot_report = now + b.options.progress_interval
-                        text = "; ".join(attempt.slot_holders)
-                        note(b.log, f"waiting for a compile slot; other builds hold them: {text}")
-                        b.reporter.message(f"jitguard: {b.module} waits for a compile slot held by {text}")
+                if attempt.slot_holders and now >= next_slot_report:
+                    next_slot_report = now + b.options.progress_interval
+                    text = "; ".join(attempt.slot_holders)
+                    note(b.log, f"waiting for a compile slot; other builds hold them: {text}")
+                    b.reporter.message(f"jitguard: {b.module} waits for a compile slot held by {text}")
             if now - last_activity >= b.options.stall_timeout:
-                attempt.ended = "stalled"
-                break
+                if _waits_for_cpu(tree):
+                    last_activity = now  # starved by a busy host, not hung: runnable processes are working
+                else:
+                    attempt.ended = "stalled"
+                    break
             b.reporter.update(progress)
         if attempt.ended != "done":
             # ninja names a command only when it finishes: say in the log what was running when we stopped.
             attempt.still_running = _running_commands(tree)
+            # A busy host can reach the deadline before the first slot check: look once more before saying why.
+            attempt.slot_holders = _foreign_slot_holders(tree, b.slots_dir)
+            progress.waiting_for_slot = bool(attempt.slot_holders)
+            if progress.waiting_for_slot and next_slot_report == 0.0:
+                text = "; ".join(attempt.slot_holders)
+                note(b.log, f"waiting for a compile slot; other builds hold them: {text}")
             if progress.waiting_for_slot:
                 attempt.still_running += [f"waiting for a compile slot: {h}" for h in attempt.slot_holders]
             for command in attempt.still_running:
@@ -224,6 +235,20 @@ def _running_commands(tree: process_tree.ProcessTree) -> list[str]:
             continue
         commands.append(f"pid {proc.pid}: {' '.join(cmdline)[:300]}")
     return commands[:_TAIL_LINES]
+
+
+def _waits_for_cpu(tree: process_tree.ProcessTree) -> bool:
+    """Whether a process of the build is runnable (state R): it used no CPU because the host gave it none,
+    which a hung compiler (asleep on something that never comes) is not."""
+    import psutil
+
+    for proc in tree.members(include_session=False):
+        try:
+            if proc.status() == psutil.STATUS_RUNNING:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def _foreign_slot_holders(tree: process_tree.ProcessTree, slots_dir: Path) -> list[str]:

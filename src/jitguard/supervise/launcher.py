@@ -20,14 +20,14 @@ process group of its own; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to that wh
 still there after ``JITGUARD_KILL_GRACE`` seconds (default 3), it gets SIGKILL: a compiler that ignores
 SIGTERM still ends.
 
-When the build uses the compiler cache (``fleet.compiler_cache``: the runner puts the attempt's sccache
+When the build uses the compiler cache (``fleet.compiler_cache_launch``: the runner puts the attempt's sccache
 directory in the environment), a compile runs as ``sccache <compiler> ...``: the attempt's sccache server is
 started first (before the slot, so it never inherits one), the slot is held while the sccache client waits
 and is not handed to it, and the server's counters are kept after the compile. A server that cannot start
 means the plain command, as without the cache.
 
 Runs once per compile command: stdlib only, no jitguard imports beyond ``slots``, ``keeper`` and
-``compiler_cache``.
+``compiler_cache_launch``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jitguard.fleet import compiler_cache
+from jitguard.fleet import compiler_cache_launch
 from jitguard.supervise import slots
 from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
 
@@ -103,12 +103,12 @@ def _command_setup() -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _compiler_cache(command: list[str]) -> compiler_cache.Wrapper | None:
+def _compiler_cache(command: list[str]) -> compiler_cache_launch.Wrapper | None:
     """The sccache wrapper of this compile when the attempt uses one and its server runs; a cache that cannot
     be used means the plain command (the runner reports why, once per build)."""
     try:
-        cached = compiler_cache.wrapper_for(command, os.environ)
-        if cached is not None and compiler_cache.ensure_server(cached) is None:
+        cached = compiler_cache_launch.wrapper_for(command, os.environ)
+        if cached is not None and compiler_cache_launch.ensure_server(cached) is None:
             return cached
     except Exception:
         pass
@@ -171,7 +171,7 @@ def run(argv: Sequence[str]) -> int:
         slot.release()
     if cached is not None and not stopping:
         with contextlib.suppress(Exception):  # stats are a report, never a reason to fail a compile
-            compiler_cache.snapshot_stats(cached)
+            compiler_cache_launch.snapshot_stats(cached)
     if status >= 0 and not stopping:
         return status
     signum = stopping[0] if stopping else -status

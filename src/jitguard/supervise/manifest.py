@@ -15,6 +15,21 @@ would count as out of date for the wrapped manifest and the other way round: ``s
 finished object for both command lines, and the runner first asks the original manifest whether there is
 anything to do at all (``nothing_to_do``). ``up_to_date`` asks the same and turns a manifest ninja cannot load
 into a ``UsageError`` that names the user's file and line (never the copy's).
+
+Why a rewritten copy rather than leaving ninja's files alone (measured in ``benchmarks/compile_slots.py``,
+``benchmarks/results/compile_slots_*.md``):
+
+- A GNU make jobserver does not hold the budget. ninja joins one only from 1.13 (distributions ship 1.10-1.12),
+  and ignores it when given ``-j``, so the memory plan's jobs per build cannot apply; every client runs one job
+  on its implicit slot, so B builds run B jobs beyond the pool's tokens; tokens are anonymous bytes: those of a
+  SIGKILLed ninja are gone for good, and a waiting build can neither name who holds the pool nor reclaim what
+  a dead build left (``tests/faults/test_compile_slots.py``).
+- Reserving slots per build before ninja starts (``ninja -j N`` with N slots held) keeps the count, but fixes a
+  build's parallelism when it starts (slots freed later by other builds stay unused by it; slots it reserved idle
+  through its link and tail), and drops what the command prefix also carries: the compiler cache (``sccache
+  <compiler>``: FlashInfer runs nvcc by its toolkit's path, ``$cuda_home/bin/nvcc``, so nothing but the command
+  line can put sccache in front), the "killed by signal" line that ninja never prints (``supervise.oom``), and the kill grace and
+  parent-death signal of each compile (``supervise.launcher``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ it appends an entry for the other manifest's command (same times, same mtime). T
 from ``ninja -t compdb`` of each manifest (edges with inputs; an edge with an rspfile hashes more than its
 command and is left alone). ninja picks the last entry of an output, so appending is enough. Hashes: log
 versions 5 and 6 (ninja 1.10-1.12) use MurmurHash64A, version 7 (ninja >= 1.13) rapidhash; any other version
-is left untouched.
+is left untouched. This is the price of the wrapped copy; ``supervise.manifest`` says why neither a jobserver
+nor a per-build reservation of slots could replace it.
 """
 
 from __future__ import annotations

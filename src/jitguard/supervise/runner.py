@@ -19,7 +19,7 @@ jitguard, and what ``jitguard build ninja`` runs:
 7. on success record the per-job peak memory for the next plan, and the wall time, steps and jobs
    (``supervise.build_time``: the next build says how long it will take, how long is left, and warns when
    that outlasts the engine's wait for it); on failure raise ``BuildFailed`` with the
-   classified findings and the log path. Whatever happens, no process of the build outlives the call.
+   classified findings (``supervise.diagnosis``) and the log path. Whatever happens, no process of the build outlives the call.
 """
 
 from __future__ import annotations
@@ -32,100 +32,27 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jitguard import fileio
-from jitguard.config import MAX_JOBS, MemorySpec, Settings, default_cache_dir, format_bytes
+from jitguard.config import MAX_JOBS, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
-from jitguard.findings.model import Finding
 from jitguard.fleet import compiler_cache
 from jitguard.supervise import build_time, manifest, ninja_log, slots
-from jitguard.supervise.attempt import Attempt as _Attempt
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
+from jitguard.supervise.build_options import BuildOptions, BuildResult
+from jitguard.supervise.diagnosis import build_finding, diagnose
 from jitguard.supervise.module_lock import ModuleLock
 from jitguard.supervise.oom import OomCounters
-from jitguard.supervise.progress import BuildProgress, Reporter, make_reporter, steps_total
+from jitguard.supervise.progress import Reporter, make_reporter, steps_total
 
 if TYPE_CHECKING:
-    from jitguard.facts import Facts
+    pass
 
 LOG = logging.getLogger("jitguard.supervise")
 
 BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per directory, whoever starts it
-_TAIL_LINES = 6
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """How to run one build. ``None`` means "decide from the memory budget / the environment"."""
-
-    jobs: int | None = None
-    memory_budget: MemorySpec | None = None
-    job_memory: int | None = None
-    timeout: float = 3600
-    stall_timeout: float = 600
-    slots_dir: Path | None = None
-    lock_timeout: float = 3600  # waiting for another process's build of the same directory
-    kill_grace: float = 3.0  # SIGTERM -> SIGKILL when a build is stopped: how long a compile gets to exit
-    # Additions beyond the agreed contract, all with defaults:
-    progress: str = "auto"  # auto | bar | log | none (see supervise.progress)
-    progress_interval: float = 15.0  # seconds between progress log lines
-    cache_dir: Path | None = None  # logs, slots and learned job memory; default: jitguard's cache dir
-    backend: str = "any"  # the ``backend`` of the findings a failure produces
-    ninja: str | None = None  # the ninja executable; default: the one on PATH
-    compiler_cache: str | None = None  # auto | sccache | off; default: JITGUARD_COMPILER_CACHE
-    # This machine's facts, when the caller has them: a failure's findings then name this machine's fixes
-    # (the toolkit that holds libcudart, ...), as pre-flight's findings for the same cause do.
-    facts: Facts | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> BuildOptions:
-        """Options from JITGUARD_* settings (budget, job memory, timeouts, cache dir), then ``overrides``."""
-        base: dict[str, Any] = {
-            "memory_budget": settings.memory_budget,
-            "job_memory": settings.job_memory,
-            "timeout": settings.build_timeout,
-            "stall_timeout": settings.stall_timeout,
-            "lock_timeout": settings.lock_timeout,
-            "cache_dir": settings.cache_dir,
-            "compiler_cache": settings.compiler_cache,
-        }
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """A finished build. ``attempts`` is 0 when ninja had nothing to do."""
-
-    module: str
-    log_path: Path
-    jobs: int
-    attempts: int
-    wall_s: float
-    peak_rss_bytes: int
-    # Additions beyond the agreed contract:
-    budget_bytes: int | None = None
-    job_memory: int | None = None
-    peak_job_rss_bytes: int = 0
-    plan_reason: str = ""
-    compiler_cache: compiler_cache.CacheStats | None = None  # what sccache did, when the build used it
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "log_path": str(self.log_path),
-            "jobs": self.jobs,
-            "attempts": self.attempts,
-            "wall_s": round(self.wall_s, 3),
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "budget_bytes": self.budget_bytes,
-            "job_memory": self.job_memory,
-            "peak_job_rss_bytes": self.peak_job_rss_bytes,
-            "plan_reason": self.plan_reason,
-            "compiler_cache": self.compiler_cache.to_json() if self.compiler_cache else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -227,7 +154,7 @@ def run_ninja(
         ) from None
     ninja = options.ninja or shutil.which("ninja")
     if not ninja:
-        finding = _finding(
+        finding = build_finding(
             "ninja-missing",
             options.backend,
             ["ninja was not found on PATH"],
@@ -383,7 +310,7 @@ def _attempts(b: _Build, wrapped: Path) -> BuildResult:
             b.reporter.message(f"jitguard: {message}")
             continue
         _note(b.log, f"failed: {attempt.ended}, ninja exit status {attempt.returncode}")
-        findings, detail = _diagnose(attempt, module=b.module, options=b.options, log_path=b.log_path)
+        findings, detail = diagnose(attempt, module=b.module, options=b.options, log_path=b.log_path)
         raise BuildFailed(b.module, findings, str(b.log_path), detail)
 
 
@@ -430,74 +357,3 @@ def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
         from jitguard.state.job_memory import JobMemoryStore
 
         JobMemoryStore(cache_dir).observe(module, peak_job)
-
-
-# -- diagnosis ---------------------------------------------------------------------------------------------
-
-
-def _finding(code: str, backend: str, evidence: list[str], **params: Any) -> Finding:
-    from jitguard.findings.catalog import make
-
-    return make(code, backend=backend, evidence=evidence, **params)
-
-
-def _tail(lines: list[str]) -> list[str]:
-    return [line for line in lines if line.strip()][-_TAIL_LINES:]
-
-
-def _classify(
-    text: str, returncode: int | None, backend: str, facts: Facts | None, **params: Any
-) -> list[Finding]:
-    from jitguard.findings.classify import classify
-
-    return classify(text, returncode, backend=backend, facts=facts, **params)
-
-
-def _diagnose(
-    attempt: _Attempt, *, module: str, options: BuildOptions, log_path: Path
-) -> tuple[list[Finding], str]:
-    params: dict[str, Any] = {"module": module, "log_path": str(log_path), "jobs": attempt.jobs}
-    backend = options.backend
-    progress = BuildProgress(module=module)
-    for line in attempt.text:
-        progress.feed(line)
-    if attempt.ended == "timeout":
-        finding = _finding(
-            "build-timeout",
-            backend,
-            [*_tail(attempt.text), *attempt.still_running],
-            timeout=f"{options.timeout:g} s",
-            **params,
-        )
-        return [finding], f"timed out after {options.timeout:g} s at step {progress.steps}"
-    if attempt.ended == "stalled":
-        finding = _finding(
-            "build-stalled",
-            backend,
-            [*_tail(attempt.text), *attempt.still_running],
-            stall_timeout=f"{options.stall_timeout:g} s",
-            progress=progress.steps,
-            **params,
-        )
-        return [finding], f"no output and no CPU use for {options.stall_timeout:g} s at step {progress.steps}"
-    text = "\n".join(attempt.text)
-    if attempt.oom_evidence:
-        oom = _finding("build-oom-killed", backend, attempt.oom_evidence, **params)
-        others = [
-            f
-            for f in _classify(text, attempt.returncode, backend, options.facts, **params)
-            if f.code not in ("build-oom-killed", "build-failed")
-        ]
-        return [oom, *others], f"a compile job was killed for lack of memory even with {attempt.jobs} job(s)"
-    if attempt.returncode in (-2, -15, -1, 130, 143) or "interrupted by user" in text:
-        signal_name = {-2: "SIGINT", -15: "SIGTERM", -1: "SIGHUP", 130: "SIGINT", 143: "SIGTERM"}.get(
-            attempt.returncode or 0, "a signal"
-        )
-        finding = _finding("build-interrupted", backend, _tail(attempt.text), signal=signal_name, **params)
-        return [finding], "interrupted"
-    findings = _classify(text, attempt.returncode, backend, options.facts, **params)
-    if not findings:
-        findings = [
-            _finding("build-failed", backend, _tail(attempt.text), returncode=attempt.returncode, **params)
-        ]
-    return findings, f"ninja exited with status {attempt.returncode}"

@@ -14,7 +14,7 @@ import pytest
 
 import nvcc_project
 import services
-from jitguard.fleet import compiler_cache
+from jitguard.fleet import compiler_cache, compiler_cache_launch
 from jitguard.supervise.runner import BuildOptions, BuildResult, run_ninja
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def _sccache_servers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["name", "environ"]):
         try:
-            if proc.info["name"] == "sccache" and compiler_cache.ATTEMPT_DIR_ENV in (
+            if proc.info["name"] == "sccache" and compiler_cache_launch.ATTEMPT_DIR_ENV in (
                 proc.info["environ"] or {}
             ):
                 found.append(proc)

@@ -62,12 +62,15 @@ class SglangRelease:
         """FlashInfer's GDN prefill era on SM90: 'nvcc' (up to 0.6.13) or 'cutedsl' (from 0.6.14)."""
         return "cutedsl" if Version(self.flashinfer) >= Version(CUTEDSL_FROM) else "nvcc"
 
-    def run(self, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-        """Run the scenario in this release's environment; (its RESULT, everything it printed)."""
+    def run(
+        self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``script`` (default sglang_scenario.py) in this release's environment; (its RESULT, everything
+        it printed)."""
         # This checkout's jitguard first, whatever is installed.
         full = {**env, "PYTHONPATH": f"{REPO / 'src'}:{self.src}", "HF_HUB_OFFLINE": "1"}
         proc = subprocess.run(
-            [str(self.python), str(SCENARIO), json.dumps(spec)],
+            [str(self.python), str(script), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,
@@ -85,9 +88,9 @@ class SglangRelease:
 PREPARATION = pytest.StashKey[Preparation]()
 
 
-def start() -> Preparation:
-    env = {"JITGUARD_SGLANG_VERSIONS": " ".join(VERSIONS), "JITGUARD_SGLANG_ROOT": str(ROOT)}
-    return Preparation("sglang", VERSIONS, ROOT, env, timeout=PREPARE_TIMEOUT)
+def start(versions: list[str] = VERSIONS) -> Preparation:
+    env = {"JITGUARD_SGLANG_VERSIONS": " ".join(versions), "JITGUARD_SGLANG_ROOT": str(ROOT)}
+    return Preparation("sglang", versions, ROOT, env, timeout=PREPARE_TIMEOUT)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -118,22 +121,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def releases(pytestconfig: pytest.Config) -> Iterator[Callable[[str], SglangRelease]]:
     """``version -> release``: every release of the session prepared by one run of the script, started when a
-    test first needs one; a release that cannot be prepared skips (fails, under CI=true) its own tests."""
+    test first needs one (a release outside VERSIONS, for a test about its own layout, by a run of its own);
+    a release that cannot be prepared skips (fails, under CI=true) its own tests."""
     say = terminal(pytestconfig)
-    started: list[Preparation] = []
+    started: dict[str, Preparation] = {}
 
     def get(version: str) -> SglangRelease:
-        if not started:
-            started.append(pytestconfig.stash.get(PREPARATION, None) or start())
+        key = "session" if version in VERSIONS else version
+        if key not in started:
+            session = pytestconfig.stash.get(PREPARATION, None) if key == "session" else None
+            started[key] = session or start(VERSIONS if key == "session" else [version])
         try:
-            directory = Path(started[0].get(version, say))
+            directory = Path(started[key].get(version, say))
         except NotPrepared as exc:
             skip_or_fail(str(exc))
         return SglangRelease(version, directory / "venv" / "bin" / "python", directory / "src")
 
     yield get
-    if started:
-        started[0].stop()
+    for preparation in started.values():
+        preparation.stop()
 
 
 @pytest.fixture(scope="module", params=VERSIONS)

@@ -9,9 +9,10 @@ Usage: ``python choices_scenario.py SPEC_JSON``; prints vLLM's and jitguard's lo
   build); the rest of the facts come from this machine's real probes under the caller's environment.
 - ``failures``: FlashInfer module names (e.g. ``["sampling"]``) recorded as failed in jitguard's real failure
   cache under this environment's fingerprint, the way the build hook records a failed build.
-- ``sampler``: modes to build vLLM's real ``TopKTopPSampler`` in, and to ask the V2 model runner's sampler
-  module (0.23+) whether it uses FlashInfer: ``default`` (VLLM_USE_FLASHINFER_SAMPLER unset), ``named`` (=1),
-  ``off`` (=0). Also jitguard's first-use fallback run on this release's own sampling functions.
+- ``sampler``: modes to build vLLM's real ``TopKTopPSampler`` in (0.17 - 0.33; 0.34 removed it with the V1
+  model runner), and to ask the V2 model runner's sampler module (0.23+) whether it uses FlashInfer:
+  ``default`` (VLLM_USE_FLASHINFER_SAMPLER unset), ``named`` (=1), ``off`` (=0). Also jitguard's first-use
+  fallback run on this release's own sampling functions.
 - ``attention``: ``[selected, kv_cache_dtype]`` pairs for vLLM's real ``get_attn_backend_cls`` on a
   Blackwell (SM100) platform, where FlashInfer is first in vLLM's priority list; selected ``auto`` or a name.
 - ``gates``: modes for the has_flashinfer predicates: ``default``, or ``moe-named`` (a current vLLM config
@@ -38,6 +39,7 @@ import scenario  # tests/real/vllm/scenario.py: the GPU stand-in and the facts w
 ATTENTION_MODULE = "vllm.v1.attention.backends.flashinfer"
 V2_SAMPLER = "vllm.v1.worker.gpu.sample.sampler"  # the V2 model runner's sampler (0.23+)
 V2_NAMES = ("flashinfer_sampler_supported", "flashinfer_sample")
+V1_SAMPLER = "TopKTopPSampler"  # the V1 model runner's sampler (0.17 - 0.33)
 COMPILED = ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm.cumem_allocator")
 
 
@@ -80,7 +82,9 @@ def run_sampler(modes: list[str]) -> list[dict[str, Any]]:
 
     sampler = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")  # patched on import
     sampler.current_platform = scenario.sm90_platform()
-    torch.accelerator.current_device_index = lambda: 0  # the GPU stand-in (0.33 asks for its SM count)
+    torch.accelerator.current_device_index = lambda: 0  # the GPU stand-in (0.33+ ask for its SM count)
+    if not hasattr(sampler, V1_SAMPLER):
+        return []  # 0.34+: the V2 runner's Sampler alone decides (run_sampler_v2)
     runs = []
     for mode in modes:
         sampler_variable(mode)
@@ -237,10 +241,12 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     result["attention"] = run_attention(spec.get("attention", []))
     result["gates"] = run_gates(spec.get("gates", []))
     backend = sys.modules[ATTENTION_MODULE].FlashInferBackend
+    sampler = sys.modules["vllm.v1.sample.ops.topk_topp_sampler"]
+    v1 = getattr(sampler, V1_SAMPLER, None)
     result["hooked"] = {
+        # the V1 sampler where the release has it (0.34+: the predicate, asked by the V2 runner)
         "sampler": hasattr(
-            sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].TopKTopPSampler.__init__,
-            "__jitguard_original__",
+            v1.__init__ if v1 is not None else sampler.flashinfer_sampler_supported, "__jitguard_original__"
         ),
         "attention": hasattr(backend.validate_configuration, "__jitguard_original__"),
         "gates": hasattr(sys.modules["vllm.utils.flashinfer"].has_flashinfer, "__jitguard_original__"),

@@ -27,6 +27,11 @@ def minor(release: Any) -> int:
     return int(release.version.split(".")[1])
 
 
+def has_v1_sampler(release: Any) -> bool:
+    """0.17 - 0.33 build ``TopKTopPSampler`` (the V1 model runner); 0.34 removed both."""
+    return minor(release) < 34
+
+
 def lines(output: str, needle: str) -> list[str]:
     return [line for line in output.splitlines() if needle in line]
 
@@ -75,13 +80,24 @@ def sampling_failed(release: Any, situations: Any) -> tuple[dict[str, Any], str]
     return release.run(spec, situations.hopper(libcuda=True), script=SCENARIO)
 
 
+@pytest.fixture(scope="module")
+def kernels_failed(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
+    """Another FlashInfer kernel (``norm``) failed at an earlier start; the sampler's modules did not."""
+    spec = {**SPEC, "failures": ["norm"]}
+    return release.run(spec, situations.hopper(libcuda=True), script=SCENARIO)
+
+
 # ---- stock vLLM picks FlashInfer here, doomed or not ------------------------------------------------------
 def test_stock_vllm_picks_flashinfer_for_each_choice(stock: tuple[dict[str, Any], str], release: Any) -> None:
     result, output = stock
     assert not result["registered"] and not any(result["hooked"].values())
-    default = "forward_native" if minor(release) < 21 else "forward_cuda"  # 0.17-0.20: opt-in only
-    assert sampler_run(result, "default")["forward"] == default
-    assert sampler_run(result, "named")["forward"] == "forward_cuda"
+    if has_v1_sampler(release):
+        default = "forward_native" if minor(release) < 21 else "forward_cuda"  # 0.17-0.20: opt-in only
+        assert sampler_run(result, "default")["forward"] == default
+        assert sampler_run(result, "named")["forward"] == "forward_cuda"
+    else:
+        assert result["sampler"] == []
+        assert v2_run(result, "default")["use_flashinfer"] is True
     assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"  # first on Blackwell
     assert attention_run(result, "FLASHINFER", "auto")["backend"] == "FlashInferBackend"
     assert gates_run(result, "default")["answers"]["has_flashinfer"] is True  # nvcc is on PATH here
@@ -107,8 +123,11 @@ def test_the_sampler_falls_back_to_pytorch_with_one_warning(
     doomed: tuple[dict[str, Any], str], release: Any
 ) -> None:
     result, output = doomed
-    assert sampler_run(result, "default")["forward"] == "forward_native"
-    assert sampler_run(result, "off")["forward"] == "forward_native"
+    if has_v1_sampler(release):
+        assert sampler_run(result, "default")["forward"] == "forward_native"
+        assert sampler_run(result, "off")["forward"] == "forward_native"
+    else:
+        assert v2_run(result, "default")["use_flashinfer"] is False
     warned = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
     assert len(warned) == (1 if minor(release) >= 21 else 0), output[-3000:]
     if warned:
@@ -144,8 +163,11 @@ def test_the_first_use_fallback_samples_with_this_releases_own_functions(
     assert native == {"shape": [4], "in_top_k": True, "logits_untouched": True}
 
 
-def test_a_named_sampler_stops_at_init(doomed: tuple[dict[str, Any], str]) -> None:
-    error = sampler_run(doomed[0], "named")["error"]
+def test_a_named_sampler_stops_at_init(doomed: tuple[dict[str, Any], str], release: Any) -> None:
+    # 0.34's predicate asks has_flashinfer() first: the umbrella's "no" must not turn this into vLLM's own
+    # RuntimeError ("FlashInfer kernels are disabled"), without the cause or the fix.
+    run = sampler_run if has_v1_sampler(release) else v2_run
+    error = run(doomed[0], "named")["error"]
     assert error is not None and "BackendUnavailable" in error["bases"]
     assert error["codes"] == ["link-missing-libcuda"]
     assert "VLLM_USE_FLASHINFER_SAMPLER=1" in error["message"]
@@ -203,9 +225,29 @@ def test_a_recorded_sampling_failure_sends_only_the_sampler_to_pytorch(
     result, output = sampling_failed
     assert result["statuses"]["sampler"]["blocking"] == ["flashinfer-cached-failure"]
     assert attention_run(result, "auto", "auto")["backend"] == "FlashInferBackend"
-    error = sampler_run(result, "named")["error"]
+    run = sampler_run if has_v1_sampler(release) else v2_run
+    error = run(result, "named")["error"]
     assert error is not None and error["codes"] == ["flashinfer-cached-failure"]
     if minor(release) >= 21:
-        assert sampler_run(result, "default")["forward"] == "forward_native"
+        if has_v1_sampler(release):
+            assert sampler_run(result, "default")["forward"] == "forward_native"
+        else:
+            assert v2_run(result, "default")["use_flashinfer"] is False
         [warned] = lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler")
         assert "[flashinfer-cached-failure]" in warned and "FlashInfer's sampling module" in warned
+
+
+def test_another_kernels_recorded_failure_leaves_the_sampler_to_its_own_verdict(
+    request: pytest.FixtureRequest, stock: tuple[dict[str, Any], str], release: Any
+) -> None:
+    # 0.34's flashinfer_sampler_supported asks has_flashinfer() before anything else; jitguard's umbrella
+    # verdict (one of FlashInfer's other kernels cannot work) must not turn the sampler off there.
+    if minor(release) < 34:
+        pytest.skip(f"vLLM {release.version}'s sampler predicate does not ask has_flashinfer()")
+    result, output = request.getfixturevalue("kernels_failed")
+    assert result["statuses"]["flashinfer-ops"]["blocking"] == ["flashinfer-cached-failure"]
+    assert result["statuses"]["sampler"]["usable"] is True
+    assert result["sampler_v2"]["runs"] == stock[0]["sampler_v2"]["runs"]  # FlashInfer, named or not
+    assert v2_run(result, "named") == {"mode": "named", "use_flashinfer": True, "error": None}
+    assert gates_run(result, "default")["answers"]["has_flashinfer"] is False  # asked on its own
+    assert lines(output, "jitguard: vLLM chose FlashInfer top-k/top-p sampler") == []

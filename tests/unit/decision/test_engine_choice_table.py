@@ -62,6 +62,30 @@ def test_attention_is_prebuilt_only_when_prefill_and_decode_both_are() -> None:
     assert assess(ATTENTION, [NO_LIBCUDA], prebuilt=both).usable
 
 
+def test_the_umbrella_gate_stands_while_any_module_behind_it_is_prebuilt() -> None:
+    # has_flashinfer() answers for every kernel behind it: "no" would turn off the prebuilt one too.
+    assert not assess(KERNELS, [NO_NVCC]).usable
+    status = assess(KERNELS, [NO_NVCC, NO_LIBCUDA], prebuilt=["norm"])
+    assert status.usable and status.findings == ()
+    glibcxx = make("so-glibcxx-missing", backend="flashinfer", so_path="norm.so")
+    assert not assess(KERNELS, [NO_NVCC], [glibcxx], prebuilt=["norm"]).usable  # its load still decides
+
+
+def test_every_prefix_of_the_umbrella_names_a_real_module() -> None:
+    # flashinfer-jit-cache 0.6.6's module names (tests/data/flashinfer-wheels, from the release's AOT list).
+    from pathlib import Path
+
+    listing = Path(__file__).resolve().parents[2] / "data" / "flashinfer-wheels"
+    text = (listing / "flashinfer_jit_cache-0.6.6.modules").read_text()
+    names = [n for n in text.splitlines() if n[:1].isalpha()]
+    jit_only = {"bf16_gemm"}  # bf16_gemm_cutlass: built at first use, not part of the 0.6.6 jit-cache
+    for choice in CHOICES:
+        missing = [
+            p for p in choice.required if p not in jit_only and not any(n.startswith(p) for n in names)
+        ]
+        assert not missing, f"{choice.key}: no module of 0.6.6 starts with {missing}"
+
+
 def test_a_matching_jit_cache_prebuilds_everything() -> None:
     assert assess(MOE, [NO_LIBCUDA], jit_cache=True).usable
 

@@ -15,6 +15,7 @@ import pytest
 
 from fake_dists import make_dist
 from jitguard.facts import flashinfer, packages
+from jitguard.facts.import_probe import probe_import
 
 
 def installed_flashinfer() -> str:
@@ -168,7 +169,7 @@ def test_mismatching_jit_cache_is_detected_and_import_really_raises(tmp_path: Pa
     assert facts.jit_cache_matches is False
     assert facts.jit_cache_import_raises is True
 
-    probe = flashinfer.probe_import("flashinfer", env=env, timeout=180)
+    probe = probe_import("flashinfer", env=env, timeout=180)
     assert not probe.ok
     assert probe.error_type == "RuntimeError"
     assert "does not match" in (probe.error_message or "") and version in (probe.error_message or "")
@@ -181,7 +182,7 @@ def test_disabled_version_check_lets_import_through(tmp_path: Path, site: Path) 
     facts = flashinfer.probe(packages.probe(), env)
     assert facts.version_check_disabled and not facts.jit_cache_import_raises
     assert facts.jit_cache_matches is False
-    probe = flashinfer.probe_import("flashinfer", env=env, timeout=180)
+    probe = probe_import("flashinfer", env=env, timeout=180)
     assert probe.ok, probe.traceback_tail
 
 
@@ -280,36 +281,67 @@ def modules(tmp_path: Path) -> dict[str, str]:
 
 
 def test_probe_import_ok(modules: dict[str, str]) -> None:
-    probe = flashinfer.probe_import("jg_fine", env=modules)
+    probe = probe_import("jg_fine", env=modules)
     assert probe.ok and probe.error_type is None and probe.seconds >= 0
 
 
 def test_probe_import_ignores_what_the_package_prints_at_exit(modules: dict[str, str]) -> None:
-    probe = flashinfer.probe_import("jg_atexit", env=modules)
+    probe = probe_import("jg_atexit", env=modules)
     assert probe.ok and probe.error_type is None
 
 
 def test_probe_import_reports_the_original_exception(modules: dict[str, str]) -> None:
-    probe = flashinfer.probe_import("jg_raises", env=modules)
+    probe = probe_import("jg_raises", env=modules)
     assert not probe.ok
     assert probe.error_type == "ImportError"
     assert probe.error_message == "cannot import name cute_kernel from cutlass.cute"
     assert probe.traceback_tail is not None and "jg_raises.py" in probe.traceback_tail
-    missing = flashinfer.probe_import("jitguard_no_such_module", env=modules)
+    missing = probe_import("jitguard_no_such_module", env=modules)
     assert missing.error_type == "ModuleNotFoundError"
 
 
 def test_probe_import_survives_a_crashing_interpreter(modules: dict[str, str]) -> None:
-    probe = flashinfer.probe_import("jg_aborts", env=modules)
+    probe = probe_import("jg_aborts", env=modules)
     assert not probe.ok and probe.error_type == "Crash"
     assert "status -6" in (probe.error_message or "")
 
 
 def test_probe_import_times_out(modules: dict[str, str]) -> None:
-    probe = flashinfer.probe_import("jg_hangs", env=modules, timeout=1)
+    probe = probe_import("jg_hangs", env=modules, timeout=1)
     assert not probe.ok and probe.error_type == "Timeout"
 
 
 def test_probe_import_rejects_non_module_names() -> None:
     with pytest.raises(ValueError, match="not a module name"):
-        flashinfer.probe_import("os; import shutil")
+        probe_import("os; import shutil")
+
+
+# --- flashinfer-cubin: kernel binaries, no module (the lists are read from the real wheels: tests/data/flashinfer-wheels)
+
+
+@pytest.mark.parametrize("version", ["0.6.6", "0.6.13"])
+def test_cubin_families_of_the_real_wheels_are_known_with_their_launchers(
+    tmp_path: Path, site: Path, version: str
+) -> None:
+    from jitguard.facts.flashinfer_modules import CUBIN_LAUNCHERS, cubin_kernels, prebuilt
+
+    listing = (
+        Path(__file__).resolve().parents[2]
+        / "data"
+        / "flashinfer-wheels"
+        / f"flashinfer_cubin-{version}.files"
+    )
+    make_dist(site, "flashinfer-cubin", version)
+    for name in listing.read_text().splitlines():
+        if name.startswith("#") or ".dist-info/" in name:
+            continue
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(f'__version__ = "{version}"\n' if name.endswith("_build_meta.py") else "")
+    (site / "flashinfer_cubin" / "cubins" / "flashinfer" / "trtllm").mkdir(
+        parents=True
+    )  # headers fetched later
+    facts = flashinfer.probe(packages.probe(), fi_env(tmp_path))
+    assert facts.cubin_version == version
+    assert facts.cubin_dir == site / "flashinfer_cubin" / "cubins"
+    assert cubin_kernels(facts) == tuple(sorted(CUBIN_LAUNCHERS.items()))
+    assert prebuilt(facts, ("fmha", "trtllm_gemm", "fused_moe", "sampling")) == ()  # no module among them

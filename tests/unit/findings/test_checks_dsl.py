@@ -15,7 +15,8 @@ from dsl_copies import copy_dsl, dsl_file, installed_dsl
 from fake_dists import make_dist, make_installed
 from finding_asserts import assert_filled, codes, only
 from jitguard.facts import Facts, dsl_install
-from jitguard.facts.flashinfer import GDN_KERNEL_MODULES, GdnKernelModule, probe_import
+from jitguard.facts.flashinfer import GDN_KERNEL_MODULES, GdnKernelModule
+from jitguard.facts.import_probe import probe_import
 from jitguard.findings import checks_dsl, checks_packages
 from jitguard.findings.checks import deep_checks
 from jitguard.findings.model import Finding

@@ -12,7 +12,7 @@ import pytest
 
 from fake_dists import make_dist
 from finding_asserts import assert_filled, codes, only
-from jitguard.facts import Facts, disk, environment, flashinfer, gpu, memory, packages
+from jitguard.facts import Facts, disk, environment, flashinfer, gpu, import_probe, memory, packages
 from jitguard.facts.gpu import GpuFacts
 from jitguard.facts.packages import PackageFacts, PackageInfo
 from jitguard.findings import checks_packages
@@ -197,7 +197,7 @@ def test_import_probe_failure_becomes_a_finding(tmp_path: Path) -> None:
     (mods / "jg_broken_kernel.py").write_text(
         "raise ImportError('libcute_dsl_native.so: cannot open shared object')\n"
     )
-    probe = flashinfer.probe_import("jg_broken_kernel", env={**os.environ, "PYTHONPATH": str(mods)})
+    probe = import_probe.probe_import("jg_broken_kernel", env={**os.environ, "PYTHONPATH": str(mods)})
     found = checks_packages.import_findings(probe, version="0.6.18")
     finding = only(found, "flashinfer-import-broken")
     assert finding.title == "Importing jg_broken_kernel fails: ImportError"
@@ -205,7 +205,7 @@ def test_import_probe_failure_becomes_a_finding(tmp_path: Path) -> None:
     assert any("jg_broken_kernel.py" in e for e in finding.evidence)
     assert finding.fixes[1].command == "pip install --force-reinstall flashinfer-python==0.6.18"
     assert_filled(finding)
-    assert checks_packages.import_findings(flashinfer.probe_import("json")) == []
+    assert checks_packages.import_findings(import_probe.probe_import("json")) == []
 
 
 # --- triton
@@ -250,7 +250,7 @@ def test_cuda_tag(tmp_path: Path, torch: str, driver: str | None, tag: str) -> N
 
 
 def test_an_import_failing_on_a_cpu_only_torch_says_so_instead_of_blaming_the_install() -> None:
-    from jitguard.facts.flashinfer import ImportProbe
+    from jitguard.facts.import_probe import ImportProbe
     from jitguard.findings.checks_packages import import_findings
 
     probe = ImportProbe(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from jitguard.boundary import failsafe
-from jitguard.flashinfer_jit import cutedsl_cache
+from jitguard.flashinfer_jit import cutedsl_cache, cutedsl_key, cutedsl_objects
 from jitguard.state.kernel_cache import KernelCache
 
 SRC = Path(__file__).resolve().parents[3] / "src"
@@ -81,8 +81,8 @@ def dsl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     monkeypatch.delenv("JITGUARD_CUTEDSL_CACHE", raising=False)
-    monkeypatch.setattr(cutedsl_cache, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
-    monkeypatch.setattr(cutedsl_cache, "load_object", lambda entry: Loaded(entry.blob))
+    monkeypatch.setattr(cutedsl_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
+    monkeypatch.setattr(cutedsl_objects, "load_object", lambda entry: Loaded(entry.blob))
     monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "")
     cutedsl_cache._warned.clear()
     failsafe._reported.clear()
@@ -125,7 +125,7 @@ def test_a_new_dsl_stack_is_a_miss(dsl: Path, monkeypatch: pytest.MonkeyPatch) -
     compiles: list[bytes] = []
     cutedsl_cache.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
-    monkeypatch.setattr(cutedsl_cache, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.8.0:def"))
+    monkeypatch.setattr(cutedsl_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.8.0:def"))
     cutedsl_cache.route(module := flashinfer_like(compiles))
     assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
     assert len(compiles) == 2
@@ -218,7 +218,7 @@ def test_a_broken_export_or_load_is_one_warning_and_flashinfers_compile(
     def refuse(compiled: Any, symbol: str) -> tuple[bytes, str]:
         raise RuntimeError("Error dumping object file")
 
-    monkeypatch.setattr(cutedsl_cache, "export_object", refuse)
+    monkeypatch.setattr(cutedsl_objects, "export_object", refuse)
     compiles: list[bytes] = []
     with caplog.at_level(logging.WARNING, logger="jitguard"):
         for needs_alpha in (True, False):
@@ -240,7 +240,7 @@ def test_an_entry_that_does_not_load_is_compiled_instead(
     def no_load(entry: Any) -> Any:
         raise OSError("libcute_dsl_runtime.so: cannot open shared object file")
 
-    monkeypatch.setattr(cutedsl_cache, "load_object", no_load)
+    monkeypatch.setattr(cutedsl_objects, "load_object", no_load)
     cutedsl_cache.route(module := flashinfer_like(compiles))
     with caplog.at_level(logging.WARNING, logger="jitguard"):
         assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
@@ -290,10 +290,10 @@ RANK_SCRIPT = textwrap.dedent(
     import sys, time, types
     sys.path.insert(0, sys.argv[1])
     from test_cutedsl_cache import Kernel, Loaded, OPTIONS, flashinfer_like
-    from jitguard.flashinfer_jit import cutedsl_cache
+    from jitguard.flashinfer_jit import cutedsl_cache, cutedsl_key, cutedsl_objects
 
-    cutedsl_cache.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
-    cutedsl_cache.load_object = lambda entry: Loaded(entry.blob)
+    cutedsl_key.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
+    cutedsl_objects.load_object = lambda entry: Loaded(entry.blob)
     cutedsl_cache.dsl_damage = lambda: ""
     compiles = []
     module = flashinfer_like(compiles)

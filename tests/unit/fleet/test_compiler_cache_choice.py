@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jitguard.fleet import compiler_cache
+from jitguard.fleet import compiler_cache, compiler_cache_launch
 
 # Trimmed from `sccache --show-stats --stats-format json` (0.16.0) after one nvcc compile that hit.
 STATS = json.loads(
@@ -16,7 +16,10 @@ STATS = json.loads(
     '"cache_timeouts":0,"cache_read_errors":1,"non_cacheable_compilations":2,"cache_write_errors":0},'
     '"cache_location":"Local disk","version":"0.16.0"}'
 )
-ATTEMPT = {compiler_cache.ATTEMPT_DIR_ENV: "/tmp/a1", compiler_cache.ATTEMPT_BINARY_ENV: "/usr/bin/sccache"}
+ATTEMPT = {
+    compiler_cache_launch.ATTEMPT_DIR_ENV: "/tmp/a1",
+    compiler_cache_launch.ATTEMPT_BINARY_ENV: "/usr/bin/sccache",
+}
 
 
 def test_every_nvcc_step_counts_as_a_hit_or_a_miss() -> None:
@@ -31,12 +34,18 @@ def test_a_malformed_stats_document_reads_as_zero() -> None:
 
 
 def test_only_compiles_go_through_sccache() -> None:
-    assert compiler_cache.wrapper_for(["/usr/local/cuda/bin/nvcc", "-c", "a.cu", "-o", "a.o"], ATTEMPT)
-    assert compiler_cache.wrapper_for(["x86_64-linux-gnu-g++", "-c", "a.cpp"], ATTEMPT)
-    assert compiler_cache.wrapper_for(["c++", "a.o", "-shared", "-o", "m.so"], ATTEMPT) is None  # a link
-    assert compiler_cache.wrapper_for(["ccache", "nvcc", "-c", "a.cu"], ATTEMPT) is None  # wrapped already
-    assert compiler_cache.wrapper_for(["python", "gen.py", "-c"], ATTEMPT) is None
-    assert compiler_cache.wrapper_for(["nvcc", "-c", "a.cu"], {}) is None  # the build does not use the cache
+    assert compiler_cache_launch.wrapper_for(["/usr/local/cuda/bin/nvcc", "-c", "a.cu", "-o", "a.o"], ATTEMPT)
+    assert compiler_cache_launch.wrapper_for(["x86_64-linux-gnu-g++", "-c", "a.cpp"], ATTEMPT)
+    assert (
+        compiler_cache_launch.wrapper_for(["c++", "a.o", "-shared", "-o", "m.so"], ATTEMPT) is None
+    )  # a link
+    assert (
+        compiler_cache_launch.wrapper_for(["ccache", "nvcc", "-c", "a.cu"], ATTEMPT) is None
+    )  # wrapped already
+    assert compiler_cache_launch.wrapper_for(["python", "gen.py", "-c"], ATTEMPT) is None
+    assert (
+        compiler_cache_launch.wrapper_for(["nvcc", "-c", "a.cu"], {}) is None
+    )  # the build does not use the cache
 
 
 def test_auto_turns_on_only_when_sccache_is_configured(tmp_path: Path) -> None:

@@ -12,14 +12,19 @@ from pathlib import Path
 import pytest
 
 from fake_dists import make_dist
+from jitguard.decision.engine_release import covers
 from jitguard.integrations import vllm as plugin
 from jitguard.integrations.vllm import LAYER_INIT_SITE, MODEL_FILE, SITES, coverage
 from jitguard.integrations.vllm.attention import MODULE as ATTENTION_MODULE
 from jitguard.integrations.vllm.predicates import KERNELS_PREDICATE
 from jitguard.integrations.vllm.predicates import MODULE as PREDICATES_MODULE
+from jitguard.integrations.vllm.sampler import CLASS as SAMPLER_CLASS
+from jitguard.integrations.vllm.sampler import MODULE as SAMPLER_MODULE
+from jitguard.integrations.vllm.sampler import PREDICATE as SAMPLER_PREDICATE
 
 REAL_RELEASE = Path("/tmp/jitguard-ci/vllm/0.33.0/src")
 BASE = "vllm.v1.attention.backend"
+SAMPLER_INIT = f"{SAMPLER_CLASS}.__init__"
 
 
 def _source(target: str, module: str) -> str:
@@ -104,6 +109,59 @@ def test_a_renamed_function_and_a_removed_module_are_named(site: Path, fresh: No
     )
 
 
+def _drop_v1_sampler(site: Path) -> None:
+    """What vLLM 0.34 did: the V1 model runner, and ``TopKTopPSampler`` with it, removed from the sampler's
+    module; the predicate and ``flashinfer_sample`` stay."""
+    path = site / Path(*SAMPLER_MODULE.split(".")).with_suffix(".py")
+    source = path.read_text()
+    owner = SAMPLER_INIT.partition(".")[0]
+    start = source.index(f"class {owner}:")
+    end = source.index("\n\n", start)
+    path.write_text(source[:start] + source[end:])
+    assert f"class {owner}" not in path.read_text()
+
+
+def test_a_site_whose_range_ended_is_not_expected_in_a_later_release(site: Path, fresh: None) -> None:
+    [ended] = [s for s in SITES if s.target == SAMPLER_INIT]
+    assert ended.releases.endswith("-0.33") and covers(ended.releases, "0.33.0")
+    _write_vllm(site, "0.34.0")
+    _drop_v1_sampler(site)
+    found = coverage.coverage()
+    assert found.summary == "vLLM 0.34.0: 6 of 6 choice sites found"
+    assert found.unguarded is None
+    assert coverage.drift_warning("0.34.0") is None
+
+
+def test_a_site_whose_range_ended_is_judged_by_a_later_release_too(site: Path, fresh: None) -> None:
+    # 0.35 is newer than jitguard knows: judged as 0.34, which no longer has the V1 sampler either.
+    _write_vllm(site, "0.35.0")
+    _drop_v1_sampler(site)
+    assert coverage.coverage().unguarded is None
+
+
+def test_a_site_is_still_missed_in_a_release_its_range_covers(site: Path, fresh: None) -> None:
+    _write_vllm(site, "0.33.0")
+    _drop_v1_sampler(site)
+    found = coverage.coverage()
+    assert found.summary == "vLLM 0.33.0: 5 of 6 choice sites found"
+    assert found.unguarded == (
+        f"not guarded: FlashInfer top-k/top-p sampler ({SAMPLER_MODULE}.{SAMPLER_INIT}: name not found)"
+    )
+
+
+def test_an_open_range_site_is_expected_in_a_release_newer_than_jitguard_knows(
+    site: Path, fresh: None
+) -> None:
+    _write_vllm(site, "0.40.0")
+    path = site / Path(*SAMPLER_MODULE.split(".")).with_suffix(".py")
+    path.write_text(path.read_text().replace(f"def {SAMPLER_PREDICATE}(", "def flashinfer_sampler_ok("))
+    found = coverage.coverage()
+    assert found.summary == "vLLM 0.40.0: 5 of 6 choice sites found"
+    assert found.unguarded is not None and f"{SAMPLER_MODULE}.{SAMPLER_PREDICATE}: name not found" in (
+        found.unguarded
+    )
+
+
 def test_gdn_prefill_is_found_through_any_of_its_layouts(site: Path, fresh: None) -> None:
     _write_vllm(site, "0.20.0")
     path = site / Path(*LAYER_INIT_SITE.module.split(".")).with_suffix(".py")
@@ -114,17 +172,17 @@ def test_gdn_prefill_is_found_through_any_of_its_layouts(site: Path, fresh: None
 def test_a_release_outside_the_range_gives_one_warning(
     site: Path, fresh: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _write_vllm(site, "0.34.0")
+    _write_vllm(site, "0.35.0")
     with caplog.at_level(logging.INFO, logger="jitguard"):
         assert plugin.register(status=lambda: pytest.fail("not asked"))
         plugin.register()
     drift = [r.getMessage() for r in caplog.records if "newer than the releases" in r.getMessage()]
     assert drift == [
-        "jitguard: vLLM 0.34.0 is newer than the releases jitguard knows (0.17-0.33): its choice sites were "
+        "jitguard: vLLM 0.35.0 is newer than the releases jitguard knows (0.17-0.34): its choice sites were "
         "checked by name; upgrade jitguard (`pip install -U .` from a newer checkout) for a release it knows."
     ]
     assert [r.getMessage() for r in caplog.records if "choice sites found" in r.getMessage()] == [
-        "jitguard: vLLM 0.34.0: 6 of 6 choice sites found"
+        "jitguard: vLLM 0.35.0: 6 of 6 choice sites found"
     ]
     assert "vllm" not in sys.modules
 
@@ -138,6 +196,7 @@ def test_a_release_in_the_range_gives_no_warning(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "vLLM 0.33.0" in r.getMessage()]
     assert not [r for r in caplog.records if "not guarded" in r.getMessage()]
     assert coverage.drift_warning("0.17.1") is None
+    assert coverage.drift_warning("0.34.0") is None
     assert coverage.drift_warning("0.16.0") is not None
 
 

@@ -39,4 +39,46 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         fixes=(),
         area=_AREA,
     ),
+    CatalogEntry(
+        code="flashinfer-cubin-no-modules",
+        severity="info",
+        title="flashinfer-cubin {cubin_version} holds kernel binaries, not the modules that run them",
+        cause=(
+            "flashinfer-cubin ships the kernels FlashInfer would otherwise download on first use ({kernels}). "
+            "The modules that launch them ({launchers}) and every other FlashInfer module are still compiled "
+            "with nvcc on first use, unless a flashinfer-jit-cache of the same version provides them. vLLM's "
+            "has_flashinfer() takes flashinfer-cubin in place of nvcc; jitguard does not, so without a CUDA "
+            "toolkit the engine takes its own path for these kernels."
+        ),
+        fixes=(
+            FixTemplate(
+                "Install the prebuilt modules of this FlashInfer (for torch's CUDA):", "{jit_cache_command}"
+            ),
+            FixTemplate("Or give the engine a CUDA toolkit (nvcc, ninja) and set CUDA_HOME to it."),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="vllm-gate-wants-cubin",
+        severity="info",
+        title="vLLM turns FlashInfer's other kernels off here although flashinfer-jit-cache prebuilds them",
+        cause=(
+            "vLLM's has_flashinfer() answers True only with nvcc and ninja or with flashinfer-cubin installed; "
+            "it does not look for flashinfer-jit-cache. Here {missing}, so vLLM answers False and uses its own "
+            "kernels for everything behind it (FP8/FP4 GEMMs, all-reduce fusion, autotuning), although "
+            "flashinfer-jit-cache {jit_cache_version} holds every module they load."
+        ),
+        fixes=(
+            FixTemplate(
+                "Install flashinfer-cubin of the same version too (`vllm download-kernels` installs both):",
+                "pip install flashinfer-cubin=={version}",
+            ),
+            FixTemplate(
+                "Or tell vLLM the kernels are there (it then also takes TRT-LLM-gen's cubins for available on "
+                "Blackwell):",
+                "export VLLM_HAS_FLASHINFER_CUBIN=1",
+            ),
+        ),
+        area=_AREA,
+    ),
 )

@@ -134,7 +134,7 @@ def prepare(call: GdnCall) -> None:
 
 
 def _variant(call: GdnCall, family: Any) -> Any:
-    from jitguard.decision.gdn_variants import variant_of_call
+    from jitguard.decision.gdn_model_variants import variant_of_call
 
     return variant_of_call(
         str(call.q.dtype),

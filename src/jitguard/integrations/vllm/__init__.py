@@ -9,7 +9,7 @@ at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
 It does three things, after saying once per process whether the installed vLLM is a release jitguard knows
 and how many of its choice sites were found (``coverage``, read without importing vLLM):
 
-- **The choices.** Each place where a released vLLM (0.17 - 0.33) picks a FlashInfer JIT path is found by
+- **The choices.** Each place where a released vLLM (0.17 - 0.34) picks a FlashInfer JIT path is found by
   name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill
   (``gdn``), the top-k/top-p sampler (``sampler``), the attention backend and its FP8 KV cache
   (``attention``), fused MoE and FlashInfer's other kernels (``predicates``). When vLLM picks FlashInfer there,

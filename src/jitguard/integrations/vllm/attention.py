@@ -1,7 +1,7 @@
 """vLLM's attention backend: FlashInfer's attention kernels (JIT modules ``batch_prefill_*``,
 ``batch_decode_*``, ..., one per head size, dtype and KV-cache dtype) or the next backend vLLM trusts.
 
-Every release from 0.17 to 0.33 selects in ``CudaPlatform.get_attn_backend_cls``: a backend named with
+Every release from 0.17 to 0.34 selects in ``CudaPlatform.get_attn_backend_cls``: a backend named with
 ``--attention-backend`` (``attention_config.backend``; ``VLLM_ATTENTION_BACKEND`` in older releases) is
 validated alone and an invalid one raises; otherwise vLLM walks its priority list (FlashInfer first on
 Blackwell) and takes the first backend whose ``validate_configuration(...)`` returns no reasons. jitguard
@@ -74,7 +74,7 @@ SITES = (
         ATTENTION,
         MODULE,
         f"{CLASS}.{METHOD}",
-        "0.17-0.33",
+        "0.17+",
         f"--attention-backend {NAME} (VLLM_ATTENTION_BACKEND={NAME} in older releases)",
         "a reason added to FlashInfer's invalid reasons: vLLM's priority walk takes the next valid backend",
         _patch,

@@ -1,9 +1,11 @@
 """Drift made loud: whether the installed vLLM is a release jitguard knows, and which of its choice sites
 jitguard can still find, without importing vLLM.
 
-``SUPPORTED`` is the range of releases the sites were written against. ``coverage()`` looks up each site's
-module on the import path and its function or method in the module's source (``facts.source_names``), and
-folds them per choice (``decision.engine_release``). ``say_once()`` is what ``register()`` logs: one warning
+``SUPPORTED`` is the range of releases the sites were written against (``KNOWN`` its ends, as people write
+them: a new release is added by moving both, and closing the range of any site it dropped, ``sites``).
+``coverage()`` looks up each site's module on the import path and its function or method in the module's
+source (``facts.source_names``), and folds them per choice (``decision.engine_release``): a site whose range
+ended before the release is not expected there. ``say_once()`` is what ``register()`` logs: one warning
 when the release is outside ``SUPPORTED``, one INFO line of coverage, and one warning naming each choice that
 is not guarded (an INFO line for a vLLM without package metadata: a source tree, not a release). Both are
 computed once per process.
@@ -26,8 +28,8 @@ from jitguard.facts.source_names import find_name
 
 log = logging.getLogger("jitguard.vllm")
 ENGINE = "vLLM"
-SUPPORTED = SpecifierSet(">=0.17,<0.34")
-KNOWN = ("0.17", "0.33")  # the oldest and newest release of SUPPORTED, as people write them
+SUPPORTED = SpecifierSet(">=0.17,<0.35")
+KNOWN = ("0.17", "0.34")  # the oldest and newest release of SUPPORTED, as people write them
 _said = threading.Event()
 
 

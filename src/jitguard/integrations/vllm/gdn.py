@@ -177,7 +177,7 @@ SITES = (
         GDN_PREFILL,
         RESOLVER_SITE.module,
         RESOLVER_SITE.target,
-        "0.22-0.33",
+        "0.22+",
         _NAMED,
         _ANSWER,
         _patch_current,

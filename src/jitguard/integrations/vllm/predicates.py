@@ -1,6 +1,6 @@
 """vLLM's FlashInfer gates: the ``has_flashinfer*()`` predicates in ``vllm/utils/flashinfer.py`` that its
 MoE oracles, all-reduce fusion, FP8/FP4 GEMMs and FlashInfer autotuning ask before they pick a FlashInfer
-kernel (every release from 0.17 to 0.33 has them).
+kernel (every release from 0.17 to 0.34 has them).
 
 ``has_flashinfer()`` itself is a presence check (the package, and nvcc or flashinfer-cubin): True on a host
 whose JIT link fails. jitguard wraps it and the MoE predicates (``has_flashinfer_moe``,
@@ -8,6 +8,10 @@ whose JIT link fails. jitguard wraps it and the MoE predicates (``has_flashinfer
 FlashInfer cannot work here, the answer becomes False, so vLLM takes the path it takes on a host without
 FlashInfer (Triton fused MoE, its own kernels). A MoE backend named with ``--moe-backend flashinfer_*`` (or
 ``VLLM_USE_FLASHINFER_MOE_*=1``) that cannot work raises ``ChoiceUnavailable`` instead.
+
+A predicate vLLM asks while it decides another guarded choice answers as vLLM does: that choice's site
+judges (vLLM 0.34's sampler asks ``has_flashinfer()`` inside ``flashinfer_sampler_supported``;
+``sites.decided_by_another``).
 
 The predicates are imported by name into other modules (``from vllm.utils.flashinfer import ...``); the
 import hook patches the module before those imports run, and a module imported earlier has its binding
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import KERNELS, MOE, Choice
-from jitguard.integrations.vllm.sites import Site, config_value, function_patch, may_keep
+from jitguard.integrations.vllm.sites import Site, config_value, decided_by_another, function_patch, may_keep
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
@@ -68,6 +72,8 @@ def _wrap(
 
     @functools.wraps(original)
     def predicate(*args: Any, **kwargs: Any) -> Any:
+        if decided_by_another(choice):
+            return original(*args, **kwargs)
         asked = explicit()
         if asked is not None:
             may_keep(guard, choice, named=asked, instead=f"drop {asked}")
@@ -99,7 +105,7 @@ SITES = (
         MOE,
         MODULE,
         ", ".join(MOE_PREDICATES),
-        "0.17-0.33",
+        "0.17+",
         "--moe-backend flashinfer_cutlass|flashinfer_trtllm|... (or VLLM_USE_FLASHINFER_MOE_*=1)",
         "the predicates answer False: vLLM's MoE oracle takes Triton",
         _patch_moe,
@@ -109,7 +115,7 @@ SITES = (
         KERNELS,
         MODULE,
         KERNELS_PREDICATE,
-        "0.17-0.33",
+        "0.17+",
         "never named on its own",
         "has_flashinfer() answers False: vLLM's own kernels, as on a host without FlashInfer's JIT",
         _patch_kernels,

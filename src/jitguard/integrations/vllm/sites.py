@@ -5,13 +5,20 @@ vLLM's code, the releases that have it, how a user names FlashInfer there, and v
 ``apply`` patches the module once it is imported (idempotent, through ``boundary.patches``), ``undo``
 restores it. Each site module (``gdn``, ``sampler``, ``attention``, ``predicates``) lists its own;
 ``jitguard.integrations.vllm`` joins them. Every site asks the one ``ChoiceGuard`` of the process.
+
+A site's ``releases`` is open ('0.23+') while the newest release jitguard knows (``coverage.KNOWN``) still has
+it, so a new release is checked for every such site without touching them; it is closed ('0.17-0.33') once
+vLLM dropped the name and the site's job passed to the others of its choice: a later release is not expected
+to have it, and its absence there is no moved layout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -32,7 +39,7 @@ class Site:
     choice: Choice
     module: str
     target: str  # the function or method jitguard wraps, e.g. "TopKTopPSampler.__init__"
-    releases: str
+    releases: str  # '0.23+': still there in the newest release jitguard knows; '0.17-0.33': dropped after
     named: str  # how a user names FlashInfer here, in vLLM's terms
     answer: str  # vLLM's own path when jitguard says FlashInfer cannot work
     apply: Callable[[ModuleType, ChoiceGuard], bool] = field(compare=False, repr=False)
@@ -85,12 +92,17 @@ def method_patch(
     wrap: Callable[[Any, ChoiceGuard], Any],
     *,
     needs: tuple[str, ...] = (),
+    optional: bool = False,
 ) -> tuple[Callable[[ModuleType, ChoiceGuard], bool], Callable[[ModuleType], None]]:
     """Patch and undo for ``cls_name.method`` in a module: ``wrap(original, guard)`` takes its place.
-    ``needs``: the class's other attributes the wrapper uses (a class without them is a moved layout)."""
+    ``needs``: the class's other attributes the wrapper uses (a class without them is a moved layout).
+    ``optional``: a module without the class is no moved layout (a release that dropped it); a class that
+    lost the method is one still."""
 
     def patch(module: ModuleType, guard: ChoiceGuard) -> bool:
         cls = module.__dict__.get(cls_name)
+        if cls is None and optional:
+            return False
         if cls is None or not callable(getattr(cls, method, None)) or not all(hasattr(cls, n) for n in needs):
             shape = f" with {'/'.join(needs)}" if needs else ""
             layout_moved(module.__name__, f"{cls_name}.{method}{shape}", choice.title)
@@ -114,6 +126,29 @@ def layout_moved(module: str, target: str, what: str) -> None:
         target,
         what,
     )
+
+
+_deciding: ContextVar[Choice | None] = ContextVar("jitguard_vllm_deciding", default=None)
+
+
+@contextlib.contextmanager
+def deciding(choice: Choice) -> Iterator[None]:
+    """vLLM is deciding ``choice`` inside this block (its own predicate runs): a gate of another choice it asks
+    on the way is this choice's business, judged by its site when vLLM's answer comes back."""
+    token = _deciding.set(choice)
+    try:
+        yield
+    finally:
+        _deciding.reset(token)
+
+
+def decided_by_another(choice: Choice) -> bool:
+    """Whether ``choice``'s gate is being asked inside vLLM's decision of another guarded choice: vLLM 0.34's
+    ``flashinfer_sampler_supported`` asks ``has_flashinfer()`` first, and the umbrella's verdict (any other
+    FlashInfer kernel failing here) must not turn the sampler off, nor make vLLM raise its own error where
+    the user named it; the sampler's site judges the sampler's modules."""
+    outer = _deciding.get()
+    return outer is not None and outer.key != choice.key
 
 
 def may_keep(guard: ChoiceGuard, choice: Choice, *, named: str | None, instead: str, asked: str = "") -> bool:

@@ -1,7 +1,7 @@
 """vLLM's start, warm from the fleet (``integrations.warm_start``): restored when the plugin registers, before
 anything compiles; saved once the engine core has initialised its KV caches.
 
-``EngineCore._initialize_kv_caches`` (vLLM 0.21 - 0.33, ``vllm/v1/engine/core.py``) returns after the profile
+``EngineCore._initialize_kv_caches`` (vLLM 0.21 - 0.34, ``vllm/v1/engine/core.py``) returns after the profile
 run, torch.compile and CUDA graph capture: every JIT cache of the start is filled then. jitguard wraps it on
 the class, so the wrapper runs whether the plugin registered before the engine core was created (a forked
 engine core inherits it) or at the start of ``EngineCore.__init__`` (a spawned one, which loads the plugins
