@@ -1,11 +1,13 @@
-"""Fixtures shared by every test folder: a real stub ``libcuda`` built with gcc (this machine has no driver)."""
+"""Fixtures shared by every test folder: a real stub ``libcuda`` built with gcc (this machine has no driver); how a
+parallel run (``-n auto``) spreads the tests."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -66,3 +68,25 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     return site
+
+
+# ---- parallel runs (pytest-xdist: `python -m pytest -n auto`, the README's test command) ----------------------
+MAX_AUTO_WORKERS = 4  # each worker may start an engine release's import (1-3 GB) or a real build at a time
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may use, at most MAX_AUTO_WORKERS."""
+    return max(1, min(MAX_AUTO_WORKERS, len(os.sched_getaffinity(0))))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n`` with xdist's default ``--dist load``: whole modules go to a worker (``loadscope``), so a module's
+    engine runs and preparations (module-scoped fixtures) happen once rather than once per worker. Another
+    ``--dist`` is left to xdist."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    return LoadScopeScheduling(config, log)
