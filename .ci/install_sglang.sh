@@ -93,8 +93,6 @@ EOF
     "$PY" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$dir/constraints.txt"
     say "installing what its plugin loader, server arguments and linear-attention modules import"
     "$dir/venv/bin/python" -m pip install -q -r "$dir/requirements.txt" -c "$dir/constraints.txt" >>"$log" 2>&1
-    # SGLang 0.5.16 imports xgrammar at module level; its dependencies (torch, triton) are not wanted here.
-    "$dir/venv/bin/python" -m pip install -q --no-deps "$(cd .ci && "$PY" vllm_wheel.py pin "$wheel" xgrammar)" >>"$log" 2>&1
 
     mapfile -t flashinfer < "$dir/flashinfer.txt"
     say "its FlashInfer: ${flashinfer[*]}"

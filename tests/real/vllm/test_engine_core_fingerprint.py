@@ -60,7 +60,7 @@ def test_a_failure_jitguard_build_recorded_is_judged_on_in_the_engine_core(
     """The prebuild (``jitguard build flashinfer-gdn``, run where the engine will run, with the FlashInfer the
     release pins) fails for real and records it; the engine core started next must see that record (and take
     Triton/FLA at once) instead of starting the same doomed build. In the CuTeDSL era there is no nvcc module:
-    the prebuild says so, records nothing, and the engine core sees no record."""
+    the prebuild says so (exit 2), records nothing, and the engine core sees no record."""
     env = situations.machine()  # this machine: no libcuda, so the real pre-flight stops an nvcc prebuild
     built = subprocess.run(
         [sys.executable, "-m", "jitguard", "build", "flashinfer-gdn", "--model", str(MODEL), "--json"],
@@ -75,9 +75,9 @@ def test_a_failure_jitguard_build_recorded_is_judged_on_in_the_engine_core(
     prebuilt = {r.module: r.fingerprint for r in FailureCache(Path(env["JITGUARD_CACHE_DIR"])).entries()}
     result, _ = release.run({}, env, script=SCRIPT)
     records = result["gdn_records"]
-    if release.era == "cutedsl":
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        assert "no nvcc module to prebuild" in built.stdout + built.stderr
+    if release.era == "cutedsl":  # nothing to prebuild: a usage error (2) that says why
+        assert built.returncode == 2, built.stdout[-3000:] + built.stderr[-3000:]
+        assert "has no nvcc-era GDN prefill module" in built.stdout + built.stderr
         assert prebuilt == {} and records == []
         return
     assert built.returncode == 1, built.stdout[-3000:] + built.stderr[-3000:]

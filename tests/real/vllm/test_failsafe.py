@@ -34,12 +34,19 @@ def test_without_pyelftools_a_workable_flashinfer_is_kept_but_not_called_passed(
     release: Any, situations: Any
 ) -> None:
     spec = {"requests": ["auto", "flashinfer"], "layers": 1, "torch_build": CUDA_TORCH, "block": ["elftools"]}
+    """nvcc era: pyelftools reads the built module's ELF, so without it the verdict is "could not verify" (one
+    warning) and vLLM's choice stands. CuTeDSL era: nothing is linked or loaded from disk, so the verdict does
+    not need pyelftools: no such warning, and FlashInfer is kept."""
     result, output = release.run(spec, situations.hopper(libcuda=True))
     for run in result["runs"]:
         assert run["error"] is None, run["error"]
         assert run["layers"] == ["flashinfer"]
+    unverified = warnings(output, "could not verify FlashInfer GDN prefill")
+    if release.era == "cutedsl":
+        assert unverified == []
+        return
     assert PASSED not in output
-    assert len(warnings(output, "could not verify FlashInfer GDN prefill")) == 1
+    assert len(unverified) == 1
 
 
 @pytest.mark.parametrize("mode", ["raise", "hang"])
