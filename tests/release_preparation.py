@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PREPARE_ONE_TIMEOUT = 1800  # seconds: one release, cold, on a busy 2-core machine
 
 
 class NotPrepared(Exception):
@@ -142,3 +143,20 @@ def skip_or_fail(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def vllm_source(version: str) -> Path:
+    """The Python sources of one vLLM release, for a test outside tests/real/vllm that reads them: prepared now
+    by .ci/install_vllm.sh when they are not yet (under the release's lock, so a preparation already running
+    in another worker or run finishes first, then this finds it ready); skips, or fails under CI, when it
+    cannot be prepared."""
+    root = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
+    env = {"JITGUARD_VLLM_VERSIONS": version, "JITGUARD_VLLM_ROOT": str(root)}
+    preparation = Preparation("vllm", [version], root, env, timeout=PREPARE_ONE_TIMEOUT)
+    try:
+        preparation.get(version, lambda line: None)
+    except NotPrepared as exc:
+        skip_or_fail(str(exc))
+    finally:
+        preparation.stop()
+    return root / version / "src"

@@ -17,6 +17,7 @@ from test_build_flashinfer_cli import _env, _jitguard
 
 from envelope_schemas import assert_rejected, assert_valid
 from jitguard.decision.engine import CHOICES
+from release_preparation import PREPARE_ONE_TIMEOUT, vllm_source
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc builds the prebuilt module stand-in")
 ARCH = {"FLASHINFER_CUDA_ARCH_LIST": "9.0a"}
@@ -132,15 +133,11 @@ def test_doctor_engine_sglang_lists_each_phase_with_its_verdict_in_text_and_json
     assert_rejected(broken)
 
 
-REAL_VLLM = Path("/tmp/jitguard-ci/vllm/0.33.0/src")
-
-
-@pytest.mark.skipif(
-    not REAL_VLLM.is_dir(), reason=f"no prepared vLLM 0.33.0 at {REAL_VLLM} (tests/real/vllm)"
-)
+@pytest.mark.timeout(PREPARE_ONE_TIMEOUT + 300)
 def test_the_installed_vllms_choice_sites_are_counted_in_text_and_json(tmp_path: Path) -> None:
+    real_vllm = vllm_source("0.33.0")
     env = _env(tmp_path, FLASHINFER_WORKSPACE_BASE=str(tmp_path / "ws"), **ARCH)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REAL_VLLM), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(real_vllm), env.get("PYTHONPATH", "")) if p)
     data = json.loads(doctor(env, "--json").stdout)
     assert_valid(data)
     assert data["engine"]["version"] == "0.33.0" and data["engine"]["drift"] is None

@@ -21,8 +21,8 @@ from jitguard.integrations.vllm.predicates import MODULE as PREDICATES_MODULE
 from jitguard.integrations.vllm.sampler import CLASS as SAMPLER_CLASS
 from jitguard.integrations.vllm.sampler import MODULE as SAMPLER_MODULE
 from jitguard.integrations.vllm.sampler import PREDICATE as SAMPLER_PREDICATE
+from release_preparation import PREPARE_ONE_TIMEOUT, vllm_source
 
-REAL_RELEASE = Path("/tmp/jitguard-ci/vllm/0.33.0/src")
 BASE = "vllm.v1.attention.backend"
 SAMPLER_INIT = f"{SAMPLER_CLASS}.__init__"
 
@@ -211,11 +211,8 @@ def test_an_unguarded_choice_is_warned_about_at_register(
     assert len(warnings) == 1 and f"({ATTENTION_MODULE}.FlashInferBackend" in warnings[0]
 
 
-@pytest.mark.skipif(
-    not REAL_RELEASE.is_dir(),
-    reason=f"no prepared vLLM 0.33.0 at {REAL_RELEASE} (tests/real/vllm prepares it)",
-)
+@pytest.mark.timeout(PREPARE_ONE_TIMEOUT + 300)
 def test_every_choice_is_found_in_the_real_033_release(fresh: None) -> None:
-    found = coverage.coverage("0.33.0", REAL_RELEASE)
+    found = coverage.coverage("0.33.0", vllm_source("0.33.0"))
     assert found.unguarded is None, found.unguarded
     assert found.summary == "vLLM 0.33.0: 6 of 6 choice sites found"
