@@ -21,6 +21,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE_ONE_TIMEOUT = 1800  # seconds: one release, cold, on a busy 2-core machine
+VLLM_ROOT = Path(
+    os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm")
+)  # .ci/install_vllm.sh's default
 
 
 class NotPrepared(Exception):
@@ -150,13 +153,12 @@ def vllm_source(version: str) -> Path:
     by .ci/install_vllm.sh when they are not yet (under the release's lock, so a preparation already running
     in another worker or run finishes first, then this finds it ready); skips, or fails under CI, when it
     cannot be prepared."""
-    root = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
-    env = {"JITGUARD_VLLM_VERSIONS": version, "JITGUARD_VLLM_ROOT": str(root)}
-    preparation = Preparation("vllm", [version], root, env, timeout=PREPARE_ONE_TIMEOUT)
+    env = {"JITGUARD_VLLM_VERSIONS": version, "JITGUARD_VLLM_ROOT": str(VLLM_ROOT)}
+    preparation = Preparation("vllm", [version], VLLM_ROOT, env, timeout=PREPARE_ONE_TIMEOUT)
     try:
         preparation.get(version, lambda line: None)
     except NotPrepared as exc:
         skip_or_fail(str(exc))
     finally:
         preparation.stop()
-    return root / version / "src"
+    return VLLM_ROOT / version / "src"

@@ -24,7 +24,14 @@ import pytest
 from packaging.version import Version
 
 from dsl_copies import copy_dsl, installed_dsl
-from release_preparation import NotPrepared, Preparation, skip_or_fail, start_when_selected, terminal
+from release_preparation import (
+    VLLM_ROOT,
+    NotPrepared,
+    Preparation,
+    skip_or_fail,
+    start_when_selected,
+    terminal,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
@@ -33,7 +40,7 @@ SCENARIO = Path(__file__).with_name("scenario.py")
 # (0.6.12, nvcc); 0.26.0: the first of the CuTeDSL era (0.6.14 + DSL 4.6.0); 0.30.0: 0.6.18.post1 + DSL 4.7.1,
 # torch 2.13; 0.33.0: the newest jitguard knows (0.7.2.post1 + DSL 4.8.0).
 VERSIONS = os.environ.get("JITGUARD_VLLM_VERSIONS", "0.21.0 0.24.0 0.26.0 0.30.0 0.33.0").split()
-ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm"))
+ROOT = VLLM_ROOT
 # Seconds for the preparation of every release (in parallel): the first takes a few minutes, more on a busy
 # machine or a slow network. The test whose setup waits for it gets this much more than pytest-timeout's 600 s
 # (which counts fixture setup).
