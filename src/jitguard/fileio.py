@@ -1,5 +1,5 @@
-"""File primitives for jitguard's own state (failure records, learned memory, link verdicts, build logs,
-compile slots), shared by facts/, state/ and supervise/.
+"""The one place jitguard checks files: trust policies, the no-follow walk, the single open of a regular
+file, streaming SHA-256, digest and name validation, landing a new file, and jitguard's own state on top.
 
 The cache dir is trusted the way ssh trusts ``~/.ssh`` and pip its cache: jitguard creates it 0700, and a
 directory or file in it that another user owns, or that users other than us can write (``untrusted_reasons``),
@@ -15,6 +15,11 @@ is never read: a record planted there must not decide a verdict or a build. In d
   disk ends the log, never the build;
 - ``state_dir`` says where logs and slots live: in the cache dir when it is trusted and takes a file, else in
   a private temporary directory (``fallback_root``), the fallback ``jitguard doctor`` names.
+
+The fleet reads other tools' caches with the same primitives under a named ``Policy`` (``PUBLISHED``: what a
+host may publish; ``LOADED``: a directory an engine loads from): ``trusted_root`` (a cache root, links
+resolved, each owned by us or root), ``walk_files`` (descriptors grow with depth, not file count) and
+``read_checked`` (one open, checked on the descriptor, hashed as read; a file that changes meanwhile is refused).
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 from jitguard.redaction import redact_bytes, redact_tree
 
@@ -45,6 +51,11 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+CHUNK = 4 * 1024**2
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# One path component a store document or a snapshot may name: no leading '-', no '..', no newline (fullmatch).
+_NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,254}|\.[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,253}")
+MAX_WALK_DEPTH = 64
 
 log = logging.getLogger("jitguard.state")
 
@@ -90,7 +101,317 @@ def others_can_write(
 
 def untrusted_reasons(st: os.stat_result) -> tuple[str, ...]:
     """Why jitguard would not trust this directory or file with its state (empty: it would)."""
-    return others_can_write(st.st_mode, st.st_uid, st.st_gid, sticky_protects=False, root_is_trusted=False)
+    return OWN_STATE.reasons(st)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named trust rule for a directory or file: who may own it and whether a sticky bit makes a directory
+    others can write safe enough (``others_can_write``)."""
+
+    name: str
+    sticky_protects: bool
+    root_is_trusted: bool
+
+    def reasons(self, st: os.stat_result) -> tuple[str, ...]:
+        return others_can_write(
+            st.st_mode,
+            st.st_uid,
+            st.st_gid,
+            sticky_protects=self.sticky_protects,
+            root_is_trusted=self.root_is_trusted,
+        )
+
+
+OWN_STATE = Policy("jitguard's own state", sticky_protects=False, root_is_trusted=False)
+# What a host publishes to the store: ours (or root's), and no one else can write it (ssh's ~/.ssh rule).
+PUBLISHED = Policy("a cache this host publishes", sticky_protects=False, root_is_trusted=True)
+# The directories above a cache root, or a directory an engine loads from: a sticky /tmp is safe enough.
+LOADED = Policy("a directory an engine loads from", sticky_protects=True, root_is_trusted=True)
+
+
+def is_sha256(text: object) -> bool:
+    """``text`` is a lower-case hex SHA-256 digest."""
+    return isinstance(text, str) and SHA256_HEX.fullmatch(text) is not None
+
+
+def is_plain_name(name: object) -> bool:
+    """One plain path component: letters, digits and ``_.,+=@~-``, no '..', no leading '-', no newline."""
+    return isinstance(name, str) and _NAME_PART.fullmatch(name) is not None and name not in (".", "..")
+
+
+def is_safe_relative(path: object) -> bool:
+    """A '/'-separated relative path of plain names (``is_plain_name``): never absolute, never climbing out."""
+    if not isinstance(path, str) or not path or len(path) > 4096:
+        return False
+    return all(is_plain_name(part) for part in path.split("/"))
+
+
+def sha256_stream(source: BinaryIO | int) -> tuple[str, int]:
+    """The SHA-256 and length of what ``source`` (a binary file or a descriptor) holds from here to its end."""
+    digest = hashlib.sha256()
+    size = 0
+    while True:
+        chunk = os.read(source, CHUNK) if isinstance(source, int) else source.read(CHUNK)
+        if not chunk:
+            return digest.hexdigest(), size
+        digest.update(chunk)
+        size += len(chunk)
+
+
+def sha256_regular(path: Path, *, limit: int | None = None) -> str | None:
+    """The SHA-256 of the regular file at ``path`` opened without following a link (None: not one, missing,
+    or larger than ``limit``). For places jitguard does not own, such as a ``file://`` store's blobs."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
+            return None
+        return sha256_stream(fd)[0]
+    finally:
+        os.close(fd)
+
+
+# -- reading other tools' caches ---------------------------------------------------------------------------
+
+
+def trusted_root(path: Path, policy: Policy, *, ancestors: Policy = LOADED) -> tuple[Path, tuple[str, ...]]:
+    """``path`` with its links resolved, and why it is not to be trusted under ``policy`` (empty: it is). Every
+    link on the way must be owned by us or root (a link another user planted at ``/tmp/torchinductor_<me>``
+    is refused), every directory above the root must pass ``ancestors`` (a sticky /tmp does), and the root
+    itself ``policy``. A root that is not there yet has no reasons (there is nothing in it to trust)."""
+    euid = os.geteuid()
+    parts = list(Path(os.path.abspath(os.path.expanduser(str(path)))).parts[1:])
+    current = Path("/")
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        candidate = current / part
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            return Path(current, part, *parts), ()
+        except OSError as exc:
+            return candidate, (f"cannot be read ({exc.strerror or exc})",)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (euid, 0):
+                return candidate, (f"{candidate} is a link owned by another user (uid {st.st_uid})",)
+            hops += 1
+            if hops > 40:
+                return candidate, ("too many levels of links",)
+            target = Path(os.readlink(candidate))
+            if target.is_absolute():
+                current = Path("/")
+                parts = list(target.parts[1:]) + parts
+            else:
+                parts = list(target.parts) + parts
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        rule = policy if not parts else ancestors
+        if not parts and not stat.S_ISDIR(st.st_mode):
+            return candidate, ("not a directory",)
+        reasons = rule.reasons(st)
+        if reasons:
+            where = "" if not parts else f"{candidate}: "
+            return Path(candidate, *parts), tuple(where + r for r in reasons)
+        current = candidate
+    return current, ()
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """A non-directory entry found by ``walk_files``: its path below the root, its name and ``lstat``, and
+    the descriptor of its directory (valid only until the walk moves on)."""
+
+    relative: str
+    name: str
+    dir_fd: int
+    st: os.stat_result
+
+
+def walk_files(
+    root_fd: int,
+    policy: Policy | None,
+    skip: Callable[[str, str], None],
+    *,
+    prune: Callable[[str, list[str]], str | None] | None = None,
+) -> Iterator[TreeFile]:
+    """Every entry below the directory ``root_fd`` that is not a directory, in name order, without following a
+    link: a link is skipped (``skip(why, relative)``), so is a directory ``policy`` refuses, one deeper than
+    MAX_WALK_DEPTH, one with an unusual name, or one ``prune(relative, names)`` gives a reason for. One
+    descriptor per level: a tree of any width walks under a small ``ulimit -n``."""
+
+    def visit(fd: int, relative: str, depth: int) -> Iterator[TreeFile]:
+        try:
+            names = sorted(os.listdir(fd))
+        except OSError:
+            skip("unreadable directory", relative)
+            return
+        if relative and prune is not None:
+            why = prune(relative, names)
+            if why:
+                skip(why, relative)
+                return
+        for name in names:
+            child_relative = f"{relative}/{name}" if relative else name
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                skip("unreadable", child_relative)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                skip("link", child_relative)
+            elif not is_safe_relative(child_relative):
+                skip("unusual name", child_relative)
+            elif not stat.S_ISDIR(st.st_mode):
+                yield TreeFile(child_relative, name, fd, st)
+            elif depth >= MAX_WALK_DEPTH:
+                skip("too deep", child_relative)
+            else:
+                try:
+                    child = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    skip("unreadable directory", child_relative)
+                    continue
+                try:
+                    reasons = policy.reasons(os.fstat(child)) if policy is not None else ()
+                    if reasons:
+                        skip(f"in a directory {reasons[0]}", child_relative)
+                        continue
+                    yield from visit(child, child_relative, depth + 1)
+                finally:
+                    os.close(child)
+
+    yield from visit(root_fd, "", 0)
+
+
+class Sink(Protocol):
+    """Where ``read_checked`` copies the bytes it reads (a file, a spool, a hash-only sink)."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+class FileRefused(OSError):
+    """A file ``read_checked`` would not read, with why (``reason``: a short phrase for a report)."""
+
+    def __init__(self, reason: str, path: str) -> None:
+        self.reason = reason
+        super().__init__(errno.EPERM, reason, path)
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """What ``read_checked`` read: the permission bits, size and SHA-256 of exactly the bytes it copied."""
+
+    mode: int
+    size: int
+    sha256: str
+
+
+def read_checked(
+    dir_fd: int, name: str, policy: Policy | None, out: Sink, *, limit: int, label: str = ""
+) -> CheckedFile:
+    """Open ``name`` in ``dir_fd`` once (no link followed, never blocking on a FIFO or device), check that
+    descriptor (a regular file, ``policy``, at most ``limit`` bytes), and copy it to ``out`` while hashing: what
+    the caller then uses is exactly what was checked. A file that changes while it is read (size, mtime or
+    ctime) is refused. Raises FileRefused or OSError."""
+    where = label or name
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused("link", where) from None
+        raise
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise FileRefused("not a regular file", where)
+        reasons = policy.reasons(before) if policy is not None else ()
+        if reasons:
+            raise FileRefused(reasons[0], where)
+        if before.st_size > limit:
+            raise FileRefused("too large", where)
+        digest = hashlib.sha256()
+        size = 0
+        while chunk := os.read(fd, CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise FileRefused("too large", where)
+            digest.update(chunk)
+            out.write(chunk)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if size != before.st_size or (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ctime_ns,
+    ):
+        raise FileRefused("changed while it was read", where)
+    return CheckedFile(stat.S_IMODE(before.st_mode), size, digest.hexdigest())
+
+
+def open_dir(path: Path) -> int:
+    """A descriptor of the directory ``path`` (the caller closes it). Raises OSError."""
+    return os.open(path, _DIR)
+
+
+def open_subdir(dir_fd: int, name: str, *, create: bool, mode: int = PRIVATE_DIR_MODE) -> int:
+    """A descriptor of ``name`` in ``dir_fd``, created ``mode`` first where missing with ``create``; never
+    through a link (ELOOP or ENOTDIR). Raises OSError."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, mode, dir_fd=dir_fd)
+    return os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=dir_fd)
+
+
+def new_temp(dir_fd: int, name: str, suffix: str) -> tuple[str, int]:
+    """A new private (0600) file beside ``name`` in ``dir_fd``, named ``.<name>.<pid>-<random><suffix>`` so a
+    later sweep can tell one whose writer died (``sweep_dead_temps``): (its name, a write descriptor)."""
+    temp = f".{name[:60]}.{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+    return temp, os.open(temp, _NEW, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+
+
+_TEMP_OWNER = re.compile(r"\.(\d+)-[0-9a-f]{8}\.[a-z]+")
+
+
+def sweep_dead_temps(dir_fd: int, suffix: str) -> int:
+    """Remove the ``new_temp`` files with ``suffix`` in ``dir_fd`` whose writing process is gone (a restore
+    killed or timed out): how many went."""
+    removed = 0
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        return 0
+    for name in names:
+        match = _TEMP_OWNER.search(name)
+        if not name.endswith(suffix) or match is None or not name.endswith(match.group(0)):
+            continue
+        if _alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
 
 
 def safe_name(text: str, *, limit: int = 80) -> str:

@@ -7,8 +7,11 @@ all the same:
 
 - the shapes of real credentials: GitHub (``ghp_`` ... ``github_pat_``), Hugging Face (``hf_``), OpenAI-style
   (``sk-``), Slack (``xox?-``), AWS access key ids (``AKIA``/``ASIA`` + 16), ``Bearer`` tokens;
-- ``name=value`` pairs whose name says secret (``token=``, ``api_key=``, ``password=`` ...), and the password
-  of a URL (``https://user:password@host``);
+- ``name=value`` pairs whose name says secret (``token=``, ``api_key=``, ``password=`` ...), the user info of
+  a URL (``s3://key:se/cr@t@bucket``: all of it, up to the last ``@`` before the host) and the signature
+  parameters of a signed URL (``X-Amz-Signature=``, ``sig=``);
+- the value of every credential variable of this process (a name with TOKEN, KEY, SECRET ...), wherever it
+  appears, however it is shaped: a client's error message may quote it;
 - long high-entropy strings: 32 or more base64 characters mixing upper case, lower case and digits, with the
   spread of random text and few words (AWS secret keys, most API keys).
 
@@ -20,13 +23,14 @@ rare word-like secret missed). Only the secret part is replaced, so a line keeps
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from pathlib import PurePath
 from typing import Any
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|CONNECTION_STRING", re.IGNORECASE)
 
 # A token starts a word, or follows a one-letter flag (-L, -I, -D) it was glued to.
 _PREFIXED = re.compile(
@@ -45,7 +49,16 @@ _PAIR = re.compile(
     r"\s{0,3}=\s{0,3})(\"[^\"]*\"|'[^']*'|[^\s&;,'\"]+)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer\s{1,3})[A-Za-z0-9._~+/=-]{16,}")
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,20}://[^/\s:@]{1,200}:)([^/\s@]{1,200})(@)")
+# User info: a user name (no '/'), then optionally ':' and a password that may hold '/', ':' or '@'; the
+# match ends at the last '@' followed by a host name.
+_URL_USERINFO = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.-]{0,20}://)(?!/)([^\s/:@'\"<>]{0,200}(?::[^\s'\"<>]{0,400})?)@"
+    r"(?=[A-Za-z0-9.\[\]-]{1,255}(?:[:/?#\s'\"<>)]|$))"
+)
+_SIGNED_QUERY = re.compile(
+    r"(?i)([?&][A-Za-z0-9_.-]{0,40}(?:signature|sig|token|credential|key|secret|policy)=)[^&\s'\"#<>]+"
+)
+_MIN_VARIABLE_SECRET = 6
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{32,}")
 _MIN_RANDOM = 32
 _MAX_SLASHES = 2
@@ -65,8 +78,27 @@ def redact_text(text: str) -> str:
     text = _PREFIXED.sub(REDACTED, text)
     text = _PAIR.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) == REDACTED else REDACTED), text)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + (m.group(2) and REDACTED) + "@", text)
+    text = _SIGNED_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    for value in _variable_secrets():
+        text = text.replace(value, REDACTED)
     return _BASE64_RUN.sub(_random_run, text)
+
+
+def redact_url(url: str) -> str:
+    """A store URL fit for a log line: no user info, no signature parameters, no credential's value."""
+    return redact_text(url) if len(url) >= 16 else _URL_USERINFO.sub(r"\1<redacted>@", url)
+
+
+def _variable_secrets() -> list[str]:
+    """The values of this process's credential variables, longest first (one inside another is replaced
+    whole). Read at each call: a credential set after import is a credential too."""
+    found = {
+        value
+        for name, value in os.environ.items()
+        if len(value) >= _MIN_VARIABLE_SECRET and SECRET_NAME.search(name) and value != REDACTED
+    }
+    return sorted(found, key=len, reverse=True)
 
 
 def redact_bytes(data: bytes) -> bytes:

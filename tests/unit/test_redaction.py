@@ -35,7 +35,13 @@ def test_a_credential_shape_is_redacted_wherever_it_sits(kind: str) -> None:
         ("token=hunter2-longer", f"token={REDACTED}"),
         ("-DAPI_KEY=abc123", f"-DAPI_KEY={REDACTED}"),
         ("password = 's3 cr3t'", f"password = {REDACTED}"),
-        ("https://user:pw12345@host/x", f"https://user:{REDACTED}@host/x"),
+        ("https://user:pw12345@host/x", f"https://{REDACTED}@host/x"),
+        ("s3://AKIAIOSFODNN7EXAMPL:wJal/rXU@tn/EMI@bucket/p", f"s3://{REDACTED}@bucket/p"),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Signature=0a1b2c&x=1",
+            f"https://b.s3.amazonaws.com/k?X-Amz-Signature={REDACTED}&x=1",
+        ),
+        ("git+https://github.com/org/repo@v1.2 stays", "git+https://github.com/org/repo@v1.2 stays"),
         ("Authorization: Bearer abcdefghijklmnop1234", f"Authorization: Bearer {REDACTED}"),
     ],
 )

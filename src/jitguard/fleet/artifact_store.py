@@ -35,23 +35,23 @@ import json
 import os
 import re
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar, cast
 
-from jitguard import __version__
+from jitguard import __version__, fileio
 from jitguard.fleet.store import (
     ArtifactRejected,
     StoreUnavailable,
     StoreView,
     describe_url,
-    sha256_of,
 )
 
-__all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url", "sha256_of"]
+__all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url"]
 
 SCHEMA = "jitguard.artifact/1"
 LAYOUT = "v1"
@@ -174,13 +174,15 @@ def _safe(module: str) -> str:
 
 
 class ArtifactStore:
-    """A store at ``url``; every call runs under ``timeout`` seconds."""
+    """A store at ``url``; every call runs under ``timeout`` seconds, and none past ``deadline`` (a
+    ``time.monotonic()`` value: one bound for a whole restore, however many calls it makes)."""
 
-    def __init__(self, url: str, *, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 120.0, deadline: float | None = None) -> None:
         if not url or not url.strip():
             raise ValueError("an artifact store needs a URL")
         self.url = url.strip()
         self.timeout = timeout
+        self.deadline = deadline
         self._fs: Any = None
         self._root = ""
         self._base = ""
@@ -193,12 +195,26 @@ class ArtifactStore:
     def publish(
         self, key: ArtifactKey, files: Mapping[str, Path], extra: Mapping[str, Any] | None = None
     ) -> Manifest:
-        """Upload ``files`` (name in the store -> local path) under ``key``. Raises StoreUnavailable."""
+        """Upload ``files`` (name in the store -> local path) under ``key``: each read once, checked to be this
+        host's own (``fileio.PUBLISHED``), and uploaded as it was hashed. Raises StoreUnavailable, or OSError
+        (``fileio.FileRefused``) for a file that may not be published."""
         entries = []
-        for name, path in files.items():
-            if not _NAME.match(name):
-                raise ValueError(f"not a plain file name: {name!r}")
-            entries.append((ArtifactFile(name, Path(path).stat().st_size, sha256_of(Path(path))), Path(path)))
+        with contextlib.ExitStack() as stack:
+            for name, path in files.items():
+                if not fileio.is_plain_name(name):
+                    raise ValueError(f"not a plain file name: {name!r}")
+                spool = stack.enter_context(tempfile.SpooledTemporaryFile(max_size=8 * 1024**2))
+                checked = _read_own(Path(path), spool)
+                spool.seek(0)
+                entries.append((ArtifactFile(name, checked.size, checked.sha256), cast(BinaryIO, spool)))
+            return self._publish(key, entries, extra)
+
+    def _publish(
+        self,
+        key: ArtifactKey,
+        entries: list[tuple[ArtifactFile, BinaryIO]],
+        extra: Mapping[str, Any] | None,
+    ) -> Manifest:
         manifest = Manifest(
             key=key,
             files=tuple(e for e, _ in entries),
@@ -209,9 +225,9 @@ class ArtifactStore:
         )
 
         def upload(view: StoreView) -> Manifest:
-            for entry, path in entries:
-                if not view.has_blob(entry.sha256, entry.size, rewrite_remote=True):
-                    view.put_blob(path, entry.sha256)
+            for entry, content in entries:
+                if not view.has_blob(entry.sha256, entry.size):
+                    view.put_blob(content, entry.sha256)
             body = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
             view.write_document(f"modules/{key.manifest_name}", body)
             return manifest
@@ -296,14 +312,17 @@ class ArtifactStore:
             except BaseException as exc:  # handed to the caller's thread
                 outcome.append((False, exc))
 
+        limit = self.timeout
+        if self.deadline is not None:
+            limit = max(0.0, min(limit, self.deadline - time.monotonic()))
         thread = threading.Thread(target=run, name=f"jitguard-store-{what.split()[0]}", daemon=True)
         thread.start()
-        thread.join(self.timeout)
+        thread.join(limit)
         if thread.is_alive():
             cancelled.set()
             raise StoreUnavailable(
-                f"the store {describe_url(self.url)} did not answer within {self.timeout:g} s "
-                "(JITGUARD_SHARE_TIMEOUT)"
+                f"the store {describe_url(self.url)} did not answer within {limit:.3g} s "
+                "(JITGUARD_SHARE_TIMEOUT bounds each store call and a whole restore on a host)"
             )
         ok, value = outcome[0]
         if ok:
@@ -333,3 +352,12 @@ def _options(url: str, timeout: float) -> dict[str, Any]:
     if scheme in ("gs", "gcs"):
         return {"timeout": bound}
     return {}
+
+
+def _read_own(path: Path, out: fileio.Sink) -> fileio.CheckedFile:
+    """``path`` read once into ``out``: a regular file of this host's own that others cannot write."""
+    dir_fd = fileio.open_dir(path.parent)
+    try:
+        return fileio.read_checked(dir_fd, path.name, fileio.PUBLISHED, out, limit=MAX_FILE_BYTES)
+    finally:
+        os.close(dir_fd)

@@ -21,28 +21,28 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
-import stat
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
+from jitguard import fileio
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer
 
 SCHEMA = "jitguard.warm-snapshot/1"
-MAX_FILES = 200_000
+# A manifest entry is ~150 bytes of JSON: 100,000 files fit in 16 MiB, and a larger document is refused before
+# it is parsed (docs/fleet.md); parsing costs a small multiple of its size (benchmarks/results/warm_trust.md).
+MAX_FILES = 100_000
 MAX_FILE_BYTES = 8 * 1024**3
-MAX_MANIFEST_BYTES = 128 * 1024**2
-_CHUNK = 4 * 1024**2
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME_PART = re.compile(
-    r"^[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,254}$|^\.[A-Za-z0-9_][A-Za-z0-9_.,+=@~-]{0,253}$"
-)
-_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
+MAX_MANIFEST_BYTES = 24 * 1024**2
+_IN_MEMORY = 8 * 1024**2  # a file saved is copied to memory up to this size, else to a private temporary file
+_ARCH = re.compile(r"sm_[0-9]{2,3}[a-z]?")
 # Names that are never a cache entry: locks, temporary and partial writes (Triton, Inductor, FlashInfer,
 # filelock and jitguard's own patterns).
 _TRANSIENT = re.compile(r"(\.lock|\.tmp|\.temp|\.partial|\.fetch|\.swp|\.pid)$|^tmp\.|\.tmp\.|^\.nfs")
@@ -77,7 +77,7 @@ class StackKey:
     arch: str
 
     def __post_init__(self) -> None:
-        if not _ARCH.match(self.arch):
+        if not _ARCH.fullmatch(self.arch):
             raise ValueError(f"not a GPU arch: {self.arch!r} (expected e.g. sm_90)")
 
     @property
@@ -116,13 +116,13 @@ def arch_of(capability: str) -> str:
     return f"sm_{match.group(1)}{match.group(2)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SnapshotFile:
     layer: str
     path: str  # relative to the layer's root, '/'-separated
     size: int
     sha256: str
-    mode: int  # permission bits, 0o644 or 0o755
+    mode: int  # permission bits as saved (0600 stays 0600); never writable by group or others
     relocate: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -204,12 +204,14 @@ class Snapshot:
                 if len(files) > MAX_FILES:
                     raise SnapshotRejected(f"the manifest lists more than {MAX_FILES} files")
         created = data.get("created")
+        if created is not None and not _is_time(created):
+            raise SnapshotRejected(f"the manifest gives an impossible creation time {str(created)[:40]!r}")
         return cls(
             stack=expected,
             name=name,
             roots=roots,
             files=tuple(files),
-            created=float(created) if isinstance(created, (int, float)) else 0.0,
+            created=float(created) if created is not None else 0.0,
             publisher=str(data.get("publisher", "")),
             jitguard_version=str(data.get("jitguard", "")),
         )
@@ -231,126 +233,146 @@ def _file_from_json(layer_name: str, raw: Any) -> SnapshotFile:
     if not isinstance(raw, dict):
         raise SnapshotRejected(f"a file entry of layer {layer_name} is not an object")
     path, size, digest, mode = raw.get("path"), raw.get("size"), raw.get("sha256"), raw.get("mode", 0o644)
-    if not isinstance(path, str) or not is_safe_relative(path):
+    if not fileio.is_safe_relative(path):
         raise SnapshotRejected(f"the manifest names a path {path!r} that is not a plain relative path")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
         raise SnapshotRejected(f"the manifest gives {path} an impossible size {size!r}")
-    if not isinstance(digest, str) or not _SHA256.match(digest):
+    if not fileio.is_sha256(digest):
         raise SnapshotRejected(f"the manifest gives {path} no SHA-256 digest")
-    if mode not in (0o644, 0o755):
+    if not isinstance(mode, int) or isinstance(mode, bool) or mode & ~0o755 or not mode & 0o400:
         raise SnapshotRejected(
-            f"the manifest gives {path} the mode {mode!r} (only 0644 and 0755 are restored)"
+            f"the manifest gives {path} the mode {mode!r} (a restore writes only modes within 0755 that the "
+            "owner can read)"
         )
     relocate = raw.get("relocate")
     if relocate not in (None, TRITON_GROUP):
         raise SnapshotRejected(
             f"the manifest asks to relocate {path} as {relocate!r}, which jitguard does not know"
         )
-    return SnapshotFile(layer_name, path, size, digest, mode, relocate)
+    return SnapshotFile(layer_name, str(path), size, str(digest), mode, relocate)
 
 
-def is_safe_relative(path: str) -> bool:
-    """A '/'-separated relative path of plain names: no absolute path, no '.' or '..', no empty part."""
-    if not path or len(path) > 4096 or path.startswith("/") or "\0" in path:
+def _is_time(value: Any) -> bool:
+    """A creation time a manifest may give: a finite number of seconds within this millennium."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return all(_NAME_PART.match(part) and part not in (".", "..") for part in path.split("/"))
+    if isinstance(value, int) and abs(value) > 10**12:
+        return False  # float() of a 400-digit integer overflows
+    return math.isfinite(value) and 0 <= value < 32503680000
 
 
 # -- scanning ---------------------------------------------------------------------------------------------
 
 
-def scan(layers: tuple[CacheLayer, ...]) -> tuple[list[SnapshotFile], dict[str, str], dict[str, int]]:
-    """Every file to keep of ``layers``: (files, layer -> root, why -> count of files left out). A layer whose
-    directory is not there has no files."""
-    files: list[SnapshotFile] = []
-    roots: dict[str, str] = {}
-    skipped: dict[str, int] = {}
-    for cache in layers:
-        root = Path(os.path.abspath(os.path.expanduser(cache.root)))
-        roots[cache.name] = str(root)
-        for relative, st in _walk(root, skipped):
-            mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
-            try:
-                digest = _sha256_nofollow(root / relative, st)
-            except OSError:
-                skipped["unreadable"] = skipped.get("unreadable", 0) + 1
+class LeftOut:
+    """Why files were left out of a save: why -> count, and the first few paths of each reason (the report)."""
+
+    EXAMPLES = 3
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def add(self, why: str, where: str, count: int = 1) -> None:
+        self.counts[why] = self.counts.get(why, 0) + count
+        shown = self.examples.setdefault(why, [])
+        if len(shown) < self.EXAMPLES:
+            shown.append(where)
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"{n} {why} (e.g. {', '.join(self.examples.get(why, []))})"
+            for why, n in sorted(self.counts.items())
+        )
+
+
+def _build_tree(relative: str, names: list[str]) -> str | None:
+    return "nvcc build tree (shared as a module)" if "build.ninja" in names else None
+
+
+def layer_root(cache: CacheLayer) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(cache.root)))
+
+
+def read_layer(cache: CacheLayer, left_out: LeftOut) -> Iterator[tuple[SnapshotFile, BinaryIO]]:
+    """Every file of ``cache`` a host may publish, each as its entry and a private copy of exactly the bytes
+    that were checked and hashed (``fileio.read_checked``), one at a time (the caller uploads it, then the
+    next is read). The root, every directory and every file must be ours (or root's) and not writable by
+    others (``fileio.PUBLISHED``); anything else is left out with its reason."""
+    root = layer_root(cache)
+    real, reasons = fileio.trusted_root(root, fileio.PUBLISHED)
+    if reasons:
+        left_out.add(f"cache root not trusted ({reasons[0]})", f"{cache.name}: {root}")
+        return
+    try:
+        root_fd = fileio.open_dir(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        left_out.add(f"cache root unreadable ({exc.strerror or exc})", f"{cache.name}: {root}")
+        return
+    try:
+        for found in fileio.walk_files(
+            root_fd,
+            fileio.PUBLISHED,
+            lambda why, where: left_out.add(why, f"{cache.name}/{where}"),
+            prune=_build_tree,
+        ):
+            label = f"{cache.name}/{found.relative}"
+            if _TRANSIENT.search(found.name):
+                left_out.add("lock or temporary file", label)
                 continue
+            spool = tempfile.SpooledTemporaryFile(max_size=_IN_MEMORY)  # noqa: SIM115 (the caller closes it)
+            try:
+                checked = fileio.read_checked(
+                    found.dir_fd,
+                    found.name,
+                    fileio.PUBLISHED,
+                    cast(BinaryIO, spool),
+                    limit=MAX_FILE_BYTES,
+                    label=label,
+                )
+            except fileio.FileRefused as exc:
+                spool.close()
+                left_out.add(exc.reason, label)
+                continue
+            except OSError as exc:
+                spool.close()
+                left_out.add(f"unreadable ({exc.strerror or exc})", label)
+                continue
+            spool.seek(0)
             relocate = (
-                TRITON_GROUP
-                if Path(relative).name.startswith("__grp__") and relative.endswith(".json")
-                else None
+                TRITON_GROUP if found.name.startswith("__grp__") and found.name.endswith(".json") else None
             )
-            files.append(SnapshotFile(cache.name, relative, st.st_size, digest, mode, relocate))
-    return files, roots, skipped
+            entry = SnapshotFile(
+                cache.name, found.relative, checked.size, checked.sha256, checked.mode & 0o755, relocate
+            )
+            yield entry, cast(BinaryIO, spool)
+    finally:
+        os.close(root_fd)
 
 
 def listing(layers: tuple[CacheLayer, ...]) -> set[tuple[str, str, int]]:
-    """(layer, path, size) of every file ``scan`` would keep, without reading any: whether a save would add
+    """(layer, path, size) of every file a save would consider, without reading any: whether a save would add
     anything to a stored snapshot, at the cost of a directory walk."""
     found: set[tuple[str, str, int]] = set()
     for cache in layers:
-        root = Path(os.path.abspath(os.path.expanduser(cache.root)))
-        found.update((cache.name, relative, st.st_size) for relative, st in _walk(root, {}))
-    return found
-
-
-def _walk(root: Path, skipped: dict[str, int]) -> Iterator[tuple[str, os.stat_result]]:
-    def skip(why: str) -> None:
-        skipped[why] = skipped.get(why, 0) + 1
-
-    stack = [""]
-    while stack:
-        relative_dir = stack.pop()
+        real, reasons = fileio.trusted_root(layer_root(cache), fileio.PUBLISHED)
+        if reasons:
+            continue
         try:
-            entries = list(os.scandir(root / relative_dir if relative_dir else root))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+            root_fd = fileio.open_dir(real)
         except OSError:
-            skip("unreadable")
             continue
-        names = {e.name for e in entries}
-        if relative_dir and "build.ninja" in names:
-            skip("nvcc build tree (shared as a module)")
-            continue
-        for entry in sorted(entries, key=lambda e: e.name):
-            relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
-            if entry.is_symlink():
-                skip("link")
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                if is_safe_relative(relative):
-                    stack.append(relative)
-                else:
-                    skip("unusual name")
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                skip("not a regular file")
-                continue
-            if _TRANSIENT.search(entry.name):
-                skip("lock or temporary file")
-                continue
-            if not is_safe_relative(relative):
-                skip("unusual name")
-                continue
-            st = entry.stat(follow_symlinks=False)
-            if st.st_size > MAX_FILE_BYTES:
-                skip("too large")
-                continue
-            yield relative, st
-
-
-def _sha256_nofollow(path: Path, expected: os.stat_result) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expected.st_dev, expected.st_ino):
-            raise OSError("changed while scanned")
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, _CHUNK):
-            digest.update(chunk)
-        return digest.hexdigest()
-    finally:
-        os.close(fd)
+        try:
+            for item in fileio.walk_files(
+                root_fd, fileio.PUBLISHED, lambda why, where: None, prune=_build_tree
+            ):
+                if not _TRANSIENT.search(item.name):
+                    found.add((cache.name, item.relative, item.st.st_size))
+        finally:
+            os.close(root_fd)
+    return found
 
 
 def relocate_triton_group(data: bytes, old_root: str, new_root: str) -> bytes:

@@ -10,41 +10,43 @@ atomic). Every call checks the session's cancel flag, so a session given up on s
 from __future__ import annotations
 
 import contextlib
-import functools
+import errno
 import hashlib
 import os
-import re
+import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-_CHUNK = 4 * 1024**2
-NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+from jitguard import fileio
+from jitguard.redaction import redact_text, redact_url
+
+_CHUNK = fileio.CHUNK
 _LOCAL_PROTOCOLS = ("file", "local")
 
 
 class StoreUnavailable(Exception):
-    """The store could not be used: not installed (fsspec / s3fs), not there, or no answer in time."""
+    """The store could not be used: not installed (fsspec / s3fs), not there, or no answer in time. Its text
+    is redacted when it is made: a client's error may quote a signed URL or a credential."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))
 
 
 class ArtifactRejected(Exception):
-    """What the store holds for a key does not check out (malformed manifest, wrong size or digest)."""
+    """The store's bytes do not check out (malformed manifest, a blob of the wrong size or digest): an
+    integrity event, never to be reported as a store that is down."""
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))
 
 
 def describe_url(url: str) -> str:
-    """The URL without credentials (``s3://key:secret@bucket`` never reaches a log line)."""
-    return re.sub(r"^([a-z0-9+.-]+://)[^/@]*@", r"\1<redacted>@", url, flags=re.IGNORECASE)
+    """The URL without credentials (user info, signed query parameters): safe for a log line."""
+    return redact_url(url)
 
 
 class StoreView:
@@ -67,28 +69,38 @@ class StoreView:
         return any(p in _LOCAL_PROTOCOLS for p in protocol)
 
     def blob_path(self, sha256: str) -> str:
-        if not _SHA256.match(sha256):
+        if not fileio.is_sha256(sha256):
             raise ValueError(f"not a SHA-256 digest: {sha256!r}")
         return f"{self.root}/blobs/{sha256}"
 
-    def has_blob(self, sha256: str, size: int, *, rewrite_remote: bool = False) -> bool:
-        """These very bytes are in the store already. On a local filesystem the blob is hashed; on an object
-        store its size is compared (a PUT is atomic, and every reader verifies), or, with ``rewrite_remote``,
-        it is always rewritten."""
+    def has_blob(self, sha256: str, size: int) -> bool:
+        """These very bytes are in the store already: the blob there is read and hashed (a same-size blob
+        with other bytes, poisoned or damaged, is replaced, not kept). A local blob is read only as a regular
+        file, never through a link."""
         self.check_cancelled()
         path = self.blob_path(sha256)
         if self.local:
-            return _exists(self.fs, path) and sha256_of(Path(path)) == sha256
-        if rewrite_remote:
-            return False
+            return fileio.sha256_regular(Path(path), limit=size) == sha256
         try:
-            return _size(self.fs, path) == size
+            if _size(self.fs, path) != size:
+                return False
+            with self.fs.open(path, "rb") as source:
+                return fileio.sha256_stream(source) == (sha256, size)
         except FileNotFoundError:
             return False
 
-    def put_blob(self, source: Path, sha256: str) -> None:
+    def put_blob(self, source: Path | BinaryIO, sha256: str) -> None:
+        """Store ``source`` (a path, or a binary file read from where it stands) as the blob ``sha256``."""
         self.check_cancelled()
-        self._write(self.blob_path(sha256), functools.partial(_put, self.fs, source))
+        if isinstance(source, Path):
+            with open(source, "rb") as handle:
+                self._write(self.blob_path(sha256), lambda target: self._stream_to(handle, target))
+        else:
+            self._write(self.blob_path(sha256), lambda target: self._stream_to(source, target))
+
+    def _stream_to(self, source: BinaryIO, target: str) -> None:
+        with self.fs.open(target, "wb") as out:
+            shutil.copyfileobj(source, out, _CHUNK)
 
     def write_document(self, name: str, body: bytes) -> None:
         """Write a document (a manifest) at ``name`` under the layout root; seen whole or not at all."""
@@ -141,7 +153,7 @@ class StoreView:
             # A local store is read as a plain stream: fsspec's local opener seeks to learn the size, which a
             # blob on a pipe or a slow network mount need not allow.
             path = self.blob_path(sha256)
-            source = open(path, "rb") if self.local else self.fs.open(path, "rb")  # noqa: SIM115
+            source = _open_local_blob(path) if self.local else self.fs.open(path, "rb")
         except FileNotFoundError:
             raise ArtifactRejected(f"the manifest names {label}, but its blob is not in the store") from None
         with source:
@@ -188,14 +200,25 @@ class StoreView:
 
 def _document(name: str) -> str:
     """``name`` checked to be a relative path of plain parts (a document never escapes the layout root)."""
-    parts = name.split("/")
-    if not parts or any(not NAME.match(part) or part in (".", "..") for part in parts):
+    if not fileio.is_safe_relative(name):
         raise ValueError(f"not a document name: {name!r}")
     return name
 
 
-def _put(fs: Any, local: Path, target: str) -> None:
-    fs.put_file(str(local), target)
+def _open_local_blob(path: str) -> BinaryIO:
+    """A ``file://`` store's blob opened as a regular file, never through a link or on a FIFO: a link planted
+    in the store must not tell a private file's bytes (or size) to the reader. FileNotFoundError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT or exc.errno == errno.ELOOP:
+            raise FileNotFoundError(path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _exists(fs: Any, path: str) -> bool:

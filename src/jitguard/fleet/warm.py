@@ -6,14 +6,13 @@ Store layout (beside the modules of ``fleet.artifact_store``, sharing its blobs)
     v1/blobs/<sha256>                                   one file's bytes: a file in two snapshots is stored once
     v1/warm/<stack digest>/<arch>/<name>.json           the snapshot manifest (``fleet.snapshot``)
 
-``save`` scans the layers, uploads the blobs the store lacks, then the manifest (last: a manifest is only ever
-seen complete). ``restore`` fetches the manifest for this stack, arch and name, refuses one for anything else,
-downloads every blob it needs into a private file beside its target, verifies size and sha256, and only when
-all of them are in hand lands them: each by ``link`` (never replacing anything, so a file the engine wrote in
-the meantime, or a different local entry, is kept), the directories walked without following a link, Triton's
-group files last (rewritten for this host's root) so Triton never sees a group before its kernels. A store
-that fails, hangs (``timeout``) or holds something that does not check out raises ``WarmUnavailable`` or
-``SnapshotRejected`` before anything landed; the engine then compiles as it would without jitguard.
+``save`` publishes only what is this host's own (``snapshot.read_layer``): each file opened once, checked on
+its descriptor, and what is uploaded is exactly what was hashed; the manifest goes last, so it is only ever
+seen complete. ``restore`` lands each file verified, one directory at a time (descriptors grow with depth,
+not file count), by ``link`` (never replacing anything), Triton's group files last and only once every
+kernel they name is here. A blob that fails its digest costs only its file (an integrity event, apart from a
+store that is down); a full disk rolls its layer back (every layer whole or absent); a store that fails or
+hangs raises ``WarmUnavailable``, and what landed before it is verified and complete.
 """
 
 from __future__ import annotations
@@ -21,41 +20,49 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
+import itertools
 import json
 import os
-import secrets
 import socket
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from jitguard import __version__
+from jitguard import __version__, fileio
 from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactRejected, ArtifactStore, StoreUnavailable, StoreView
 from jitguard.fleet.snapshot import (
     MAX_MANIFEST_BYTES,
     TRITON_GROUP,
+    LeftOut,
     Snapshot,
     SnapshotFile,
     SnapshotRejected,
     StackKey,
-    is_safe_relative,
+    layer_root,
+    read_layer,
     relocate_triton_group,
-    scan,
 )
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_DIR_MODE = 0o755
+_DIR_MODE = 0o700
+_FETCH = ".fetch"
+_MAX_GROUP_BYTES = 16 * 1024**2
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class WarmUnavailable(Exception):
     """The store could not be used (missing, unreachable, no answer in time) or refused what it holds."""
 
 
+class NothingToSave(Exception):
+    """A save found no file this host may publish; the text says what was left out and why."""
+
+
 def manifest_name(stack: StackKey, name: str) -> str:
-    if not is_safe_relative(name) or "/" in name:
+    if not fileio.is_plain_name(name):
         raise ValueError(f"not a snapshot name: {name!r} (letters, digits, '._-')")
     return f"warm/{stack.digest}/{stack.arch}/{name}.json"
 
@@ -66,13 +73,15 @@ class Saved:
     uploaded_files: int
     uploaded_bytes: int
     seconds: float
+    left_out: LeftOut = field(default_factory=LeftOut)
 
 
 @dataclass
 class Restored:
     """What one restore did. ``landed``: files written; ``present``: already here with the same bytes;
-    ``kept_local``: here with other bytes (kept); ``refused``: not written, with why (a link in the way, a
-    directory jitguard will not write into)."""
+    ``kept_local``: here with other bytes (kept); ``refused``: not written, why -> count (a link in the way, a
+    directory jitguard will not write into); ``integrity``: files whose blob failed its digest (skipped);
+    ``absent_layers``: layers rolled back, with why (a full disk)."""
 
     snapshot: Snapshot
     landed: int = 0
@@ -80,64 +89,67 @@ class Restored:
     kept_local: int = 0
     fetched_bytes: int = 0
     seconds: float = 0.0
+    swept: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+    integrity: list[str] = field(default_factory=list)
+    absent_layers: dict[str, str] = field(default_factory=dict)
 
-    def refuse(self, why: str) -> None:
-        self.refused[why] = self.refused.get(why, 0) + 1
+    def refuse(self, why: str, count: int = 1) -> None:
+        self.refused[why] = self.refused.get(why, 0) + count
+
+    @property
+    def complete(self) -> bool:
+        """Every file of the snapshot's layers is here now (landed, present, or kept as it was here)."""
+        return not (self.refused or self.integrity or self.absent_layers)
 
 
 def save(store: ArtifactStore, stack: StackKey, name: str, layers: tuple[CacheLayer, ...]) -> Saved:
-    """Scan ``layers`` and publish them as snapshot ``name``. Raises WarmUnavailable."""
+    """Publish ``layers`` as snapshot ``name``: every file this host may publish, read once and uploaded as
+    read. Raises WarmUnavailable, or NothingToSave when no file qualifies."""
     started = time.monotonic()
-    files, roots, skipped = scan(layers)
-    snapshot = Snapshot(
-        stack=stack,
-        name=name,
-        roots=roots,
-        files=tuple(files),
-        created=time.time(),
-        publisher=socket.gethostname(),
-        jitguard_version=__version__,
-        skipped=skipped,
-    )
-    paths = {cache.name: Path(roots[cache.name]) for cache in layers}
+    left_out = LeftOut()
 
-    def upload(view: StoreView) -> tuple[int, int]:
+    def upload(view: StoreView) -> tuple[Snapshot, int, int]:
         count = size = 0
         done: set[str] = set()
-        for entry in snapshot.files:
-            if entry.sha256 in done:
-                continue
-            done.add(entry.sha256)
-            if view.has_blob(entry.sha256, entry.size):
-                continue
-            source = paths[entry.layer] / entry.path
-            view.put_blob(_verified_copy_source(source, entry), entry.sha256)
-            count, size = count + 1, size + entry.size
+        files: list[SnapshotFile] = []
+        roots: dict[str, str] = {}
+        for cache in layers:
+            roots[cache.name] = str(layer_root(cache))
+            for entry, content in read_layer(cache, left_out):
+                with content:
+                    files.append(entry)
+                    if entry.sha256 in done:
+                        continue
+                    done.add(entry.sha256)
+                    if view.has_blob(entry.sha256, entry.size):
+                        continue
+                    view.put_blob(content, entry.sha256)
+                    count, size = count + 1, size + entry.size
+        if not files:
+            raise NothingToSave(
+                "no file here may be published"
+                + (f": left out {left_out.describe()}" if left_out.counts else " (every cache is empty)")
+            )
+        snapshot = Snapshot(
+            stack=stack,
+            name=name,
+            roots=roots,
+            files=tuple(files),
+            created=time.time(),
+            publisher=socket.gethostname(),
+            jitguard_version=__version__,
+            skipped=dict(left_out.counts),
+        )
         body = json.dumps(snapshot.to_json(), sort_keys=True, separators=(",", ":")).encode()
         view.write_document(manifest_name(stack, name), body)
-        return count, size
+        return snapshot, count, size
 
     try:
-        count, size = store.session("save a warm snapshot to", upload)
+        snapshot, count, size = store.session("save a warm snapshot to", upload)
     except (StoreUnavailable, ArtifactRejected, OSError) as exc:
         raise WarmUnavailable(str(exc) or type(exc).__name__) from None
-    return Saved(snapshot, count, size, time.monotonic() - started)
-
-
-def _verified_copy_source(path: Path, entry: SnapshotFile) -> Path:
-    """``path`` when it still holds the bytes scanned (a cache file rewritten since is not uploaded under a
-    digest it no longer has)."""
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        while chunk := os.read(fd, 4 * 1024**2):
-            digest.update(chunk)
-    finally:
-        os.close(fd)
-    if digest.hexdigest() != entry.sha256:
-        raise OSError(errno.EAGAIN, f"{path} changed while the snapshot was saved; save again")
-    return path
+    return Saved(snapshot, count, size, time.monotonic() - started, left_out)
 
 
 def fetch_manifest(store: ArtifactStore, stack: StackKey, name: str) -> tuple[Snapshot, str] | None:
@@ -168,161 +180,246 @@ def restore(
     progress: Callable[[int, int], None] | None = None,
 ) -> Restored:
     """Land ``snapshot``'s files of ``layers`` on this host (see the module docstring). Raises
-    WarmUnavailable (nothing landed) when the store fails or a blob does not check out."""
+    WarmUnavailable when the store fails or hangs; what landed before is verified and complete."""
     started = time.monotonic()
     result = Restored(snapshot)
-    roots = {cache.name: Path(os.path.abspath(os.path.expanduser(cache.root))) for cache in layers}
-    wanted = [f for f in snapshot.files if f.layer in roots]
-    todo: list[SnapshotFile] = []
-    for entry in wanted:
-        state = _local_state(roots[entry.layer], entry)
-        if state == "same":
-            result.present += 1
-        elif state == "other":
-            result.kept_local += 1
-        elif state == "missing":
-            todo.append(entry)
-        else:
-            result.refuse(state)
-    todo.sort(key=lambda f: f.relocate == TRITON_GROUP)  # groups land after the kernels they name
+    roots: dict[str, Path] = {}
+    for cache in layers:
+        real, reasons = fileio.trusted_root(layer_root(cache), fileio.PUBLISHED)
+        count = sum(1 for f in snapshot.files if f.layer == cache.name)
+        if reasons:
+            result.refuse(f"cache root not trusted ({reasons[0]})", count)
+        elif count:
+            roots[cache.name] = real
+    # By layer and directory, one directory open at a time; Triton's groups after the kernels they name.
+    wanted = sorted(
+        (f for f in snapshot.files if f.layer in roots),
+        key=lambda f: (f.relocate == TRITON_GROUP, f.layer, f.path.rpartition("/")[0], f.path),
+    )
 
-    def fetch_then_land(view: StoreView) -> None:
-        # Everything this thread opens it also closes: a restore given up on (timeout) never has its
-        # descriptors or temporary files touched by the caller's thread.
-        staged: list[tuple[SnapshotFile, int, str]] = []  # entry, parent dir fd, temp name
-        try:
-            for done, entry in enumerate(todo):
-                parent = _open_parent(roots[entry.layer], entry.path, create=True)
-                if isinstance(parent, str):
-                    result.refuse(parent)
-                    continue
-                staged.append((entry, parent, _fetch_beside(view, entry, parent)))
-                result.fetched_bytes += entry.size
-                if progress is not None:
-                    progress(done + 1, len(todo))
-            for entry, parent, tmp in staged:
-                view.check_cancelled()
-                _land(
-                    entry, parent, tmp, snapshot.roots.get(entry.layer, ""), str(roots[entry.layer]), result
-                )
-        finally:
-            for _entry, parent, tmp in staged:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=parent)
-                with contextlib.suppress(OSError):
-                    os.close(parent)
+    def land_all(view: StoreView) -> None:
+        landed: dict[str, list[tuple[str, str, int]]] = {}  # layer -> (directory, name, inode) written
+        done = 0
+        for (_group, layer, directory), entries in itertools.groupby(
+            wanted, key=lambda f: (f.relocate == TRITON_GROUP, f.layer, f.path.rpartition("/")[0])
+        ):
+            batch = list(entries)
+            if layer in result.absent_layers:
+                continue
+            try:
+                _land_directory(view, roots[layer], directory, batch, snapshot, result, landed)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+                _roll_back(roots[layer], landed.pop(layer, []), result)
+                count = sum(1 for f in snapshot.files if f.layer == layer)
+                result.absent_layers[layer] = f"{exc.strerror or 'no space left'}: rolled back, {count} files"
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(wanted))
 
-    if todo:
+    if wanted:
         try:
-            store.session("restore a warm snapshot from", fetch_then_land)
+            store.session("restore a warm snapshot from", land_all)
         except (StoreUnavailable, ArtifactRejected) as exc:
             raise WarmUnavailable(str(exc) or type(exc).__name__) from None
+        except OSError as exc:
+            raise WarmUnavailable(f"cannot write the caches here ({exc.strerror or exc})") from None
     result.seconds = time.monotonic() - started
     return result
 
 
-def _fetch_beside(view: StoreView, entry: SnapshotFile, parent: int) -> str:
-    """The verified blob of ``entry`` in a new private file in the directory ``parent``; its name."""
-    tmp = f".{entry.path.rsplit('/', 1)[-1][:60]}.{secrets.token_hex(6)}.fetch"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            view.copy_blob(entry.sha256, entry.size, out, f"{entry.layer}/{entry.path}")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=parent)
-        raise
-    return tmp
-
-
-def _land(entry: SnapshotFile, parent: int, tmp: str, old_root: str, new_root: str, result: Restored) -> None:
-    name = entry.path.rsplit("/", 1)[-1]
-    if entry.relocate == TRITON_GROUP and old_root != new_root:
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
-        with os.fdopen(fd, "rb") as handle:
-            data = relocate_triton_group(handle.read(), old_root, new_root)
-        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, dir_fd=parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-    os.chmod(tmp, entry.mode, dir_fd=parent)
-    try:
-        os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
-    except FileExistsError:
-        result.kept_local += 1  # written meanwhile (the engine, another restorer): kept
-        return
-    except OSError as exc:
-        result.refuse(f"cannot write ({exc.strerror or exc})")
-        return
-    result.landed += 1
-
-
-def _local_state(root: Path, entry: SnapshotFile) -> str:
-    """'missing', 'same' (these bytes are here), 'other' (other bytes: kept), or why it will not be written."""
-    parent = _open_parent(root, entry.path, create=False)
-    if parent == "missing":
-        return "missing"
+def _land_directory(
+    view: StoreView,
+    root: Path,
+    directory: str,
+    entries: list[SnapshotFile],
+    snapshot: Snapshot,
+    result: Restored,
+    landed: dict[str, list[tuple[str, str, int]]],
+) -> None:
+    """Land ``entries`` (files of one directory of one layer). OSError only for a full disk."""
+    parent = _open_parent(root, directory, create=True)
     if isinstance(parent, str):
-        return parent
+        result.refuse(parent, len(entries))
+        return
     try:
-        try:
-            # O_NONBLOCK: a named pipe planted where a cache file belongs must not hang the engine's start.
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-            fd = os.open(entry.path.rsplit("/", 1)[-1], flags, dir_fd=parent)
-        except FileNotFoundError:
-            return "missing"
-        except OSError as exc:
-            return "a link in the way" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror})"
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return "not a regular file in the way"
-            if st.st_size != entry.size:
-                return "other"
-            digest = hashlib.sha256()
-            while chunk := os.read(fd, 4 * 1024**2):
-                digest.update(chunk)
-            return "same" if digest.hexdigest() == entry.sha256 or entry.relocate else "other"
-        finally:
-            os.close(fd)
+        result.swept += fileio.sweep_dead_temps(parent, _FETCH)
+        for entry in entries:
+            view.check_cancelled()
+            name = entry.path.rpartition("/")[2]
+            state = _local_state(parent, name, entry)
+            if state == "same":
+                result.present += 1
+                continue
+            if state == "other":
+                result.kept_local += 1
+                continue
+            if state != "missing":
+                result.refuse(state)
+                continue
+            if entry.relocate == TRITON_GROUP:
+                data = _group_for_here(view, entry, snapshot.roots.get(entry.layer, ""), str(root))
+                if data is None:
+                    result.integrity.append(f"{entry.layer}/{entry.path}")
+                    continue
+                missing = _missing_children(data)
+                if missing:
+                    result.refuse("a Triton group whose kernels are not all here")
+                    continue
+                outcome = _land_bytes(parent, name, entry.mode, _writer_of_bytes(data))
+            else:
+                label = f"{entry.layer}/{entry.path}"
+                try:
+                    outcome = _land_bytes(parent, name, entry.mode, _writer_of_blob(view, entry, label))
+                except ArtifactRejected:
+                    result.integrity.append(label)
+                    continue
+                result.fetched_bytes += entry.size
+            if isinstance(outcome, int):
+                result.landed += 1
+                landed.setdefault(entry.layer, []).append((directory, name, outcome))
+            elif outcome == "exists":
+                result.kept_local += 1  # written meanwhile (the engine, another restorer): kept
+            else:
+                result.refuse(outcome)
     finally:
         os.close(parent)
 
 
-def _open_parent(root: Path, relative: str, *, create: bool) -> int | str:
-    """A descriptor of the directory holding ``root/relative``, every level below ``root`` opened without
-    following a link (``root`` itself is the user's choice and may be one). A string says why not: 'missing'
-    (not there and ``create`` is off), 'a link in the way', 'a directory others can write', or an OS error."""
-    parts = relative.split("/")[:-1]
+def _writer_of_bytes(data: bytes) -> Callable[[BinaryIO], object]:
+    def write(out: BinaryIO) -> object:
+        return out.write(data)
+
+    return write
+
+
+def _writer_of_blob(view: StoreView, entry: SnapshotFile, label: str) -> Callable[[BinaryIO], object]:
+    def write(out: BinaryIO) -> object:
+        view.copy_blob(entry.sha256, entry.size, out, label)
+        return None
+
+    return write
+
+
+def _group_for_here(view: StoreView, entry: SnapshotFile, old_root: str, new_root: str) -> bytes | None:
+    """A Triton group's verified bytes, rewritten for this host's root; None when its blob fails its digest."""
+    buffer = io.BytesIO()
+    try:
+        view.copy_blob(entry.sha256, min(entry.size, _MAX_GROUP_BYTES), buffer, f"{entry.layer}/{entry.path}")
+    except ArtifactRejected:
+        return None
+    return relocate_triton_group(buffer.getvalue(), old_root, new_root)
+
+
+def _missing_children(group: bytes) -> list[str]:
+    """The kernel files a Triton group names that are not regular files here (the group would point at
+    nothing; Triton then compiles, but a group must never land before its kernels)."""
+    try:
+        children = json.loads(group).get("child_paths", {})
+    except (ValueError, AttributeError):
+        return []
+    missing = []
+    for target in children.values() if isinstance(children, dict) else ():
+        try:
+            if not isinstance(target, str) or not os.path.isfile(target) or os.path.islink(target):
+                missing.append(str(target))
+        except OSError:
+            missing.append(str(target))
+    return missing
+
+
+def _land_bytes(parent: int, name: str, mode: int, write: Callable[[BinaryIO], object]) -> int | str:
+    """Write a new private file beside ``name``, give it ``mode`` and link it into place (never replacing
+    anything): its inode, 'exists' when something is there now, or why not. ArtifactRejected passes through;
+    OSError only for a full disk."""
+    temp, fd = fileio.new_temp(parent, name, _FETCH)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            inode = os.fstat(out.fileno()).st_ino
+        os.link(temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+        return inode
+    except FileExistsError:
+        return "exists"
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            raise
+        return f"cannot write ({exc.strerror or exc})"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+
+
+def _roll_back(root: Path, written: list[tuple[str, str, int]], result: Restored) -> None:
+    """Remove what this restore wrote in one layer (each file only if it is still the one it wrote)."""
+    for directory, name, inode in written:
+        parent = _open_parent(root, directory, create=False)
+        if isinstance(parent, str):
+            continue
+        try:
+            if os.stat(name, dir_fd=parent, follow_symlinks=False).st_ino == inode:
+                os.unlink(name, dir_fd=parent)
+                result.landed -= 1
+        except OSError:
+            pass
+        finally:
+            os.close(parent)
+
+
+def _local_state(parent: int, name: str, entry: SnapshotFile) -> str:
+    """'missing', 'same' (these bytes are here), 'other' (other bytes: kept), or why it will not be written."""
+    try:
+        checked = fileio.read_checked(parent, name, None, _DISCARD, limit=entry.size)
+    except FileNotFoundError:
+        return "missing"
+    except fileio.FileRefused as exc:
+        if exc.reason == "too large":
+            return "other"
+        return "a link in the way" if exc.reason == "link" else f"{exc.reason} in the way"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return "same" if checked.sha256 == entry.sha256 or entry.relocate else "other"
+
+
+class _Discard:
+    """A sink that keeps nothing: a local file is only hashed."""
+
+    def write(self, data: bytes, /) -> int:
+        return len(data)
+
+
+_DISCARD = _Discard()
+
+
+def _open_parent(root: Path, directory: str, *, create: bool) -> int | str:
+    """A descriptor of ``root/directory``, every level below ``root`` opened without following a link and
+    trusted (``fileio.PUBLISHED``; missing ones created 0700 with ``create``). A string says why not:
+    'missing', 'a link in the way', 'a directory of another user or that others can write', or an OS error."""
     try:
         if create:
             os.makedirs(root, mode=_DIR_MODE, exist_ok=True)
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        fd = fileio.open_dir(root)
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
         return f"cannot open the cache root ({exc.strerror or exc})"
-    try:
-        for part in parts:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, _DIR_MODE, dir_fd=fd)
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                os.close(fd)
-                return "missing"
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    return "a link in the way"
-                return f"cannot open a directory ({exc.strerror or exc})"
+    for part in directory.split("/") if directory else ():
+        try:
+            child = fileio.open_subdir(fd, part, create=create, mode=_DIR_MODE)
+        except FileNotFoundError:
             os.close(fd)
-            fd = child
-            st = os.fstat(fd)
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                os.close(fd)
-                return "a directory of another user or that others can write"
-        return fd
-    except OSError as exc:
+            return "missing"
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return "a link in the way"
+            return f"cannot write ({exc.strerror or exc})"
         os.close(fd)
-        return f"cannot write ({exc.strerror or exc})"
+        fd = child
+        if fileio.PUBLISHED.reasons(os.fstat(fd)):
+            os.close(fd)
+            return "a directory of another user or that others can write"
+    return fd

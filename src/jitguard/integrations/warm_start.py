@@ -3,9 +3,10 @@ anything, and an engine that is ready saves what it compiled (``fleet.warm`` doe
 
 ``restore_once`` runs in every engine process at plugin registration, when a store is configured
 (``JITGUARD_SHARE``) and ``JITGUARD_WARM`` is not ``off``. One process per host restores: it holds the host's
-warm lock while it does (the others wait visibly, naming it, as ranks wait on a build), then writes a marker
-naming the manifest it restored; a process that finds the marker for the manifest in the store has nothing to
-do. ``save_when_ready`` runs once an engine is ready (vLLM: ``EngineCore.__init__`` returned, so torch.compile,
+warm lock while it does (the others wait visibly, naming it, as ranks wait on a build), all of it under one
+deadline (``JITGUARD_SHARE_TIMEOUT``, lock wait included). Only a complete restore writes a marker naming the
+manifest; a process that finds the marker for the manifest in the store, and every file it names in place, has
+nothing to do (wiped caches are restored again). ``save_when_ready`` runs once an engine is ready (vLLM: ``EngineCore.__init__`` returned, so torch.compile,
 the profile run and CUDA graph capture are done) where ``JITGUARD_SHARE_PUBLISH=1``: in a background thread,
 only when the caches hold files the store's snapshot lacks, and only one process per host at a time.
 
@@ -27,7 +28,15 @@ from jitguard.config import Settings, format_bytes
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
-from jitguard.fleet.warm import Restored, Saved, WarmUnavailable, fetch_manifest, restore, save
+from jitguard.fleet.warm import (
+    NothingToSave,
+    Restored,
+    Saved,
+    WarmUnavailable,
+    fetch_manifest,
+    restore,
+    save,
+)
 
 log = logging.getLogger("jitguard.warm")
 ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
@@ -41,7 +50,8 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one warm operation did: ``action`` restored | present (the marker says so) | saved | unchanged |
+    """What one warm operation did: ``action`` restored | partial (some files did not land: integrity
+    events, refusals, a full disk; said in ``detail``) | present (the marker says so) | saved | unchanged |
     miss (no snapshot for this stack) | skipped (why in ``detail``) | failed."""
 
     action: str
@@ -135,6 +145,9 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             "fetched_bytes": r.fetched_bytes,
             "seconds": round(r.seconds, 3),
             "refused": dict(r.refused),
+            "integrity": list(r.integrity),
+            "absent_layers": dict(r.absent_layers),
+            "complete": r.complete,
         }
     if outcome.saved is not None:
         v = outcome.saved
@@ -145,6 +158,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             "uploaded_bytes": v.uploaded_bytes,
             "seconds": round(v.seconds, 3),
             "left_out": dict(v.snapshot.skipped),
+            "left_out_examples": {why: list(paths) for why, paths in v.left_out.examples.items()},
         }
     return data
 
@@ -156,15 +170,16 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
     from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
     ensure_visible_logging()
+    deadline = time.monotonic() + settings.share_timeout
     name = settings.warm_name
-    store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout)
+    store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout, deadline=deadline)
     lock = ModuleLock(
         lock_dir(settings.cache_dir, "locks") / f"warm-{_key_text(stack, name)}.lock",
         f"warm snapshot {name!r} ({stack.arch})",
-        timeout=settings.share_timeout + 60.0,
+        timeout=settings.share_timeout,
         report_interval=2.0,
         activity="restore",
-        timeout_variable="JITGUARD_SHARE_TIMEOUT + 60 s",
+        timeout_variable="JITGUARD_SHARE_TIMEOUT",
     )
     try:
         lock.acquire()
@@ -191,10 +206,14 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
             )
             return Outcome("miss", stack.describe(), waited=lock.waited)
         snapshot, manifest_sha = found
+        caches = engine_layers(settings, tuple(snapshot.roots))
         marker = _marker(settings, stack, name)
         seen = fileio.read_json(marker, root=settings.cache_dir)
         if seen is not None and seen.get("manifest_sha256") == manifest_sha:
-            return Outcome("present", "restored on this host already", waited=lock.waited)
+            gone = _first_missing(snapshot, caches)
+            if gone is None:
+                return Outcome("present", "restored on this host already", waited=lock.waited)
+            log.info("jitguard: the warm snapshot was restored here, but %s is gone: restoring again", gone)
         log.info(
             "jitguard: restoring the warm snapshot %r from %s: %d files, %s, saved by %s",
             name,
@@ -204,30 +223,44 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
             snapshot.publisher or "an unknown host",
         )
         try:
-            restored = restore(
-                store, snapshot, engine_layers(settings, tuple(snapshot.roots)), progress=_progress_to(lock)
-            )
+            restored = restore(store, snapshot, caches, progress=_progress_to(lock))
         except WarmUnavailable as exc:
             log.warning(
-                "jitguard: the warm snapshot was not restored (%s); nothing of it was written, the engine "
+                "jitguard: the warm snapshot was not restored (%s); what landed is verified, the rest "
                 "compiles as without jitguard",
                 exc,
             )
             return Outcome("failed", str(exc), waited=lock.waited)
+        text = describe_restored(restored)
+        if not restored.complete:
+            log.warning("jitguard: %s", text)
+            return Outcome("partial", text, restored=restored, waited=lock.waited)
         fileio.write_json(
             marker,
             {
                 "schema": MARKER_SCHEMA,
                 "manifest_sha256": manifest_sha,
+                "files": len(snapshot.files),
+                "landed": restored.landed,
                 "time": time.time(),
                 "pid": os.getpid(),
             },
             root=settings.cache_dir,
         )
-        log.info("jitguard: %s", describe_restored(restored))
-        return Outcome("restored", describe_restored(restored), restored=restored, waited=lock.waited)
+        log.info("jitguard: %s", text)
+        return Outcome("restored", text, restored=restored, waited=lock.waited)
     finally:
         lock.release()
+
+
+def _first_missing(snapshot: Any, caches: tuple[CacheLayer, ...]) -> str | None:
+    """The first file of ``snapshot`` that is not in its cache here (one ``lstat`` per file), or None."""
+    roots = {cache.name: Path(os.path.abspath(os.path.expanduser(cache.root))) for cache in caches}
+    for entry in snapshot.files:
+        root = roots.get(entry.layer)
+        if root is not None and not os.path.lexists(root / entry.path):
+            return f"{entry.layer}/{entry.path}"
+    return None
 
 
 def _progress_to(lock: Any) -> Any:
@@ -247,6 +280,16 @@ def describe_restored(restored: Restored) -> str:
         text += f", {restored.kept_local} kept as they were here"
     if restored.refused:
         text += "; not written: " + ", ".join(f"{n} ({why})" for why, n in sorted(restored.refused.items()))
+    if restored.integrity:
+        shown = ", ".join(restored.integrity[:3]) + (" ..." if len(restored.integrity) > 3 else "")
+        text += (
+            f"; integrity: {len(restored.integrity)} files skipped, their blobs fail their SHA-256 (the store "
+            f"holds damaged or tampered bytes: {shown})"
+        )
+    for layer, why in sorted(restored.absent_layers.items()):
+        text += f"; layer {layer} absent ({why})"
+    if restored.swept:
+        text += f"; {restored.swept} temporary files of an interrupted restore removed"
     return text
 
 
@@ -276,6 +319,9 @@ def save_now(
                 if listing(chosen) <= stored:
                     return Outcome("unchanged", "the store's snapshot holds every file here")
         saved = save(store, stack, settings.warm_name, chosen)
+    except NothingToSave as exc:
+        log.warning("jitguard: the warm snapshot was not saved: %s", exc)
+        return Outcome("failed", str(exc))
     except (WarmUnavailable, OSError) as exc:
         log.warning("jitguard: the warm snapshot was not saved: %s", exc)
         return Outcome("failed", str(exc))
@@ -287,11 +333,14 @@ def save_now(
 
 
 def describe_saved(saved: Saved, url: str) -> str:
-    return (
+    text = (
         f"warm snapshot {saved.snapshot.name!r} saved to {describe_url(url)} in {saved.seconds:.1f} s: "
         f"{len(saved.snapshot.files)} files, {format_bytes(saved.snapshot.bytes)} "
         f"({saved.uploaded_files} new blobs, {format_bytes(saved.uploaded_bytes)} uploaded)"
     )
+    if saved.left_out.counts:
+        text += f"; left out: {saved.left_out.describe()}"
+    return text
 
 
 def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Thread | None:
@@ -320,6 +369,7 @@ def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Th
         finally:
             lock.release()
 
-    thread = threading.Thread(target=run, name="jitguard-warm-save", daemon=False)
+    # A daemon: the engine's exit never waits for a save (a save cut short publishes no manifest).
+    thread = threading.Thread(target=run, name="jitguard-warm-save", daemon=True)
     thread.start()
     return thread

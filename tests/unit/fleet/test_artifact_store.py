@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from jitguard import fileio
 from jitguard.fleet.artifact_store import (
     ArtifactKey,
     ArtifactRejected,
     ArtifactStore,
     StoreUnavailable,
-    sha256_of,
 )
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
@@ -45,7 +45,7 @@ def test_a_published_module_is_fetched_verified_into_another_directory(tmp_path:
     assert fetched is not None
     assert fetched.paths == (tmp_path / "host-b" / "probe_module.so",)
     assert fetched.paths[0].read_bytes() == library.read_bytes()
-    assert manifest.files[0].sha256 == sha256_of(library)
+    assert manifest.files[0].sha256 == fileio.sha256_regular(library)
     assert fetched.manifest.extra == {"note": "test"}
     assert not [p for p in (tmp_path / "host-b").iterdir() if p.name.startswith(".")]  # no temp file left
 
@@ -120,10 +120,10 @@ def test_publishing_the_same_bytes_twice_keeps_one_blob(tmp_path: Path) -> None:
 
 
 def test_a_store_that_hangs_is_given_up_on_within_the_timeout(tmp_path: Path) -> None:
-    # A real hang: the blob is a named pipe with no writer, so opening it blocks (as a dead NFS server would).
+    # A real hang: the manifest is a named pipe with no writer, so reading it blocks (as a dead NFS server would).
     store = _store(tmp_path, timeout=1.0)
-    manifest = store.publish(KEY, {"probe_module.so": _library(tmp_path)})
-    blob = tmp_path / "store" / "v1" / "blobs" / manifest.files[0].sha256
+    store.publish(KEY, {"probe_module.so": _library(tmp_path)})
+    blob = tmp_path / "store" / "v1" / "modules" / KEY.manifest_name
     blob.unlink()
     os.mkfifo(blob)
     started = time.monotonic()
@@ -143,3 +143,18 @@ def test_a_bad_key_is_refused_before_anything_is_written() -> None:
         ArtifactKey("m", "../../etc", "x" * 32)
     with pytest.raises(ValueError):
         ArtifactKey("a/b", "0" * 16, "x" * 32)
+
+
+def test_a_blob_that_is_a_pipe_or_a_link_in_the_store_is_missing_not_read(tmp_path: Path) -> None:
+    store = _store(tmp_path, timeout=30.0)
+    manifest = store.publish(KEY, {"probe_module.so": _library(tmp_path)})
+    blob = tmp_path / "store" / "v1" / "blobs" / manifest.files[0].sha256
+    private = tmp_path / "private.key"
+    private.write_bytes(blob.read_bytes())  # the same bytes: a link would pass every check but where it points
+    private.chmod(0o600)
+    for plant in (lambda: os.mkfifo(blob), lambda: blob.symlink_to(private)):
+        blob.unlink()
+        plant()
+        with pytest.raises(ArtifactRejected, match="its blob is not in the store"):
+            store.fetch(KEY, tmp_path / "host-b")
+        assert not (tmp_path / "host-b" / "probe_module.so").exists()

@@ -14,7 +14,8 @@ import pytest
 
 from jitguard.facts.jit_caches import CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore
-from jitguard.fleet.snapshot import SnapshotRejected, StackKey, is_safe_relative, scan
+from jitguard.fileio import is_safe_relative
+from jitguard.fleet.snapshot import SnapshotRejected, StackKey
 from jitguard.fleet.warm import WarmUnavailable, fetch_manifest, manifest_name, restore, save
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
@@ -110,8 +111,13 @@ def test_a_new_host_gets_every_cache_file_where_its_engine_looks(tmp_path: Path)
 def test_what_was_left_out_is_counted(tmp_path: Path) -> None:
     fill(tmp_path / "host-a")
     (tmp_path / "host-a" / "triton" / "link").symlink_to("/etc")
-    _files, _roots, skipped = scan(host(tmp_path / "host-a"))
-    assert skipped == {"nvcc build tree (shared as a module)": 1, "lock or temporary file": 2, "link": 1}
+    result = save(store_at(tmp_path), STACK, "default", host(tmp_path / "host-a"))
+    assert result.left_out.counts == {
+        "nvcc build tree (shared as a module)": 1,
+        "lock or temporary file": 2,
+        "link": 1,
+    }
+    assert result.left_out.examples["link"] == ["triton/link"]
 
 
 def test_a_second_restore_writes_nothing_and_local_files_are_kept(tmp_path: Path) -> None:
@@ -151,24 +157,30 @@ def test_a_snapshot_of_another_stack_or_arch_is_never_used(tmp_path: Path) -> No
         fetch_manifest(store, STACK, "default")
 
 
-def test_a_tampered_blob_refuses_the_whole_restore_and_nothing_lands(tmp_path: Path) -> None:
+def test_a_tampered_blob_costs_only_its_file_and_the_group_that_names_it(tmp_path: Path) -> None:
     store, _first = saved(tmp_path)
     snapshot = fetch_manifest(store, STACK, "default")[0]  # type: ignore[index]
     victim = next(f for f in snapshot.files if f.path.endswith(".cubin"))
     blob = tmp_path / "store" / "v1" / "blobs" / victim.sha256
     blob.write_bytes(b"\x7fELF cubiX")  # same size, other bytes
     second = tmp_path / "host-b"
-    with pytest.raises(WarmUnavailable, match="does not match its manifest"):
-        restore(store, snapshot, host(second))
-    assert [p for p in second.rglob("*") if p.is_file()] == []  # no file, no temporary left behind
+    result = restore(store, snapshot, host(second))
+    assert result.integrity == ["triton/QJ4T/fused_recurrent_fwd.cubin"]
+    assert result.refused == {"a Triton group whose kernels are not all here": 1}
+    assert result.landed == 6 and not result.complete
+    landed = files_under(second)
+    assert "triton/QJ4T/fused_recurrent_fwd.cubin" not in landed
+    assert "triton/QJ4T/__grp__fused_recurrent_fwd.json" not in landed  # never a group without its kernel
+    assert not [name for name in landed if name.endswith(".fetch")]  # no temporary left behind
 
 
-def test_a_missing_blob_refuses_the_restore(tmp_path: Path) -> None:
+def test_a_missing_blob_costs_only_its_file(tmp_path: Path) -> None:
     store, _first = saved(tmp_path)
     snapshot = fetch_manifest(store, STACK, "default")[0]  # type: ignore[index]
-    (tmp_path / "store" / "v1" / "blobs" / snapshot.files[-1].sha256).unlink()
-    with pytest.raises(WarmUnavailable, match="its blob is not in the store"):
-        restore(store, snapshot, host(tmp_path / "host-b"))
+    gone = next(f for f in snapshot.files if f.layer == "vllm")
+    (tmp_path / "store" / "v1" / "blobs" / gone.sha256).unlink()
+    result = restore(store, snapshot, host(tmp_path / "host-b"))
+    assert result.integrity == [f"vllm/{gone.path}"] and result.landed == 7
 
 
 @pytest.mark.parametrize(
@@ -181,7 +193,7 @@ def test_a_missing_blob_refuses_the_restore(tmp_path: Path) -> None:
             ),
             "not a plain relative path",
         ),
-        (lambda text: text.replace('"mode":420', '"mode":2541', 1), "only 0644 and 0755"),
+        (lambda text: text.replace('"mode":420', '"mode":2541', 1), "within 0755"),
         (
             lambda text: text.replace('"schema":"jitguard.warm-snapshot/1"', '"schema":"x"'),
             "not a jitguard warm",
@@ -288,4 +300,8 @@ def test_a_named_pipe_where_a_cache_file_belongs_is_refused_without_hanging(tmp_
     )  # no writer: a blocking open would hang
     snapshot = fetch_manifest(store, STACK, "default")[0]  # type: ignore[index]
     result = restore(store, snapshot, host(second))
-    assert result.refused == {"not a regular file in the way": 1} and result.landed == 7
+    assert result.refused == {
+        "not a regular file in the way": 1,
+        "a Triton group whose kernels are not all here": 1,
+    }
+    assert result.landed == 6
