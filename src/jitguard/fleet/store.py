@@ -121,7 +121,11 @@ class StoreView:
         if size is not None and size > limit:
             raise ArtifactRejected(f"{name} is {size} bytes, more than it can be ({limit})")
         try:
-            raw = bytes(self.fs.cat_file(path, start=0, end=limit + 1))
+            if self.local:
+                with _open_local_blob(path) as handle:
+                    raw = handle.read(limit + 1)
+            else:
+                raw = bytes(self.fs.cat_file(path, start=0, end=limit + 1))
         except FileNotFoundError:
             return None
         if len(raw) > limit:
@@ -206,8 +210,9 @@ def _document(name: str) -> str:
 
 
 def _open_local_blob(path: str) -> BinaryIO:
-    """A ``file://`` store's blob opened as a regular file, never through a link or on a FIFO: a link planted
-    in the store must not tell a private file's bytes (or size) to the reader. FileNotFoundError otherwise."""
+    """A ``file://`` store's blob or document opened as a regular file, never through a link or on a FIFO: a
+    link planted in the store must not tell a private file's bytes (or size) to the reader, and a pipe must not
+    hang it. FileNotFoundError otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -119,22 +117,15 @@ def test_publishing_the_same_bytes_twice_keeps_one_blob(tmp_path: Path) -> None:
     assert len(list((tmp_path / "store" / "v1" / "modules" / KEY.module).iterdir())) == 2
 
 
-def test_a_store_that_hangs_is_given_up_on_within_the_timeout(tmp_path: Path) -> None:
-    # A real hang: the manifest is a named pipe with no writer, so reading it blocks (as a dead NFS server would).
-    store = _store(tmp_path, timeout=1.0)
+def test_a_pipe_in_a_file_store_is_refused_at_once_never_waited_on(tmp_path: Path) -> None:
+    # A named pipe with no writer where the manifest belongs: opening it for reading would block forever.
+    # (A store that hangs for real, an endpoint that never answers: tests/real/fleet/test_artifact_store_s3.py.)
+    store = _store(tmp_path, timeout=600.0)
     store.publish(KEY, {"probe_module.so": _library(tmp_path)})
-    blob = tmp_path / "store" / "v1" / "modules" / KEY.manifest_name
-    blob.unlink()
-    os.mkfifo(blob)
-    started = time.monotonic()
-    try:
-        with pytest.raises(StoreUnavailable, match="did not answer within 1 s"):
-            store.fetch(KEY, tmp_path / "host-b")
-        assert time.monotonic() - started < 5
-    finally:
-        # Let the abandoned reader go: it sees an empty file, and the cancelled fetch installs nothing.
-        threading.Thread(target=lambda: open(blob, "wb").close(), daemon=True).start()
-        time.sleep(0.2)
+    document = tmp_path / "store" / "v1" / "modules" / KEY.manifest_name
+    document.unlink()
+    os.mkfifo(document)
+    assert store.fetch(KEY, tmp_path / "host-b") is None  # not a document: a miss, at once
     assert not (tmp_path / "host-b" / "probe_module.so").exists()
 
 
@@ -150,7 +141,9 @@ def test_a_blob_that_is_a_pipe_or_a_link_in_the_store_is_missing_not_read(tmp_pa
     manifest = store.publish(KEY, {"probe_module.so": _library(tmp_path)})
     blob = tmp_path / "store" / "v1" / "blobs" / manifest.files[0].sha256
     private = tmp_path / "private.key"
-    private.write_bytes(blob.read_bytes())  # the same bytes: a link would pass every check but where it points
+    private.write_bytes(
+        blob.read_bytes()
+    )  # the same bytes: a link would pass every check but where it points
     private.chmod(0o600)
     for plant in (lambda: os.mkfifo(blob), lambda: blob.symlink_to(private)):
         blob.unlink()

@@ -6,17 +6,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from jitguard.facts.jit_caches import CacheLayer, layers
-from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fileio import is_safe_relative
+from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey
-from jitguard.fleet.warm import WarmUnavailable, fetch_manifest, manifest_name, restore, save
+from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
 
@@ -211,19 +209,13 @@ def test_a_damaged_manifest_is_refused_before_anything_is_written(
         fetch_manifest(store, STACK, "default")
 
 
-def test_a_store_that_never_answers_is_given_up_on_within_the_timeout(tmp_path: Path) -> None:
-    # A real hang: the manifest is a named pipe with no writer, as a dead NFS server would leave a read.
+def test_a_pipe_where_the_manifest_belongs_is_a_miss_without_waiting(tmp_path: Path) -> None:
+    # A named pipe with no writer: a blocking open would hang the engine's start.
     store, _first = saved(tmp_path)
     path = manifest_path(tmp_path)
     path.unlink()
     os.mkfifo(path)
-    slow = ArtifactStore(store.url, timeout=1.0)
-    try:
-        with pytest.raises(WarmUnavailable, match="did not answer within 1 s"):
-            fetch_manifest(slow, STACK, "default")
-    finally:
-        threading.Thread(target=lambda: open(path, "wb").close(), daemon=True).start()
-        time.sleep(0.2)
+    assert fetch_manifest(ArtifactStore(store.url, timeout=600.0), STACK, "default") is None
 
 
 def test_a_link_planted_in_a_cache_dir_is_never_followed(tmp_path: Path) -> None:
