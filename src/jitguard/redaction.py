@@ -75,10 +75,11 @@ def redact_text(text: str) -> str:
     """``text`` with every secret-shaped value replaced by ``<redacted>``."""
     if len(text) < 16 and "=" not in text:  # only a name=value pair is that short, and most strings are
         return text
+    # A URL's user info first: a key inside it must not be cut out of it before the whole is found.
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + (m.group(2) and REDACTED) + "@", text)
     text = _PREFIXED.sub(REDACTED, text)
     text = _PAIR.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) == REDACTED else REDACTED), text)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _URL_USERINFO.sub(lambda m: m.group(1) + (m.group(2) and REDACTED) + "@", text)
     text = _SIGNED_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
     for value in _variable_secrets():
         text = text.replace(value, REDACTED)
