@@ -419,3 +419,25 @@ def test_names_that_end_in_a_newline_or_climb_are_not_names() -> None:
         assert not fileio.is_safe_relative(bad), repr(bad)
     assert not fileio.is_sha256("0" * 64 + "\n")
     assert fileio.is_plain_name("__grp__k.json") and fileio.is_sha256("0" * 64)
+
+
+def test_doctor_names_the_cache_a_save_would_leave_out_and_the_fix(tmp_path: Path, shared_tmp: Path) -> None:
+    planted = shared_tmp / "torchinductor_root"
+    as_other_user(f"mkdir -p {planted}")
+    store = tmp_path / "store"
+    store.mkdir()
+    env = host_env(tmp_path / "host", store, TORCHINDUCTOR_CACHE_DIR=str(planted))
+    proc = jitguard(["doctor", "--json", "--backend", "torch"], env)
+    assert_no_traceback(proc)
+    from envelope_schemas import assert_valid
+
+    envelope = json.loads(proc.stdout)
+    assert_valid(envelope)
+    (finding,) = envelope["store"]["findings"]
+    assert finding["code"] == "warm-cache-untrusted" and str(planted) in finding["title"]
+    assert {
+        "text": "Give the inductor cache a directory of your own:",
+        "command": "export TORCHINDUCTOR_CACHE_DIR=~/.cache/torchinductor",
+    } in finding["fixes"]
+    text = jitguard(["doctor", "--backend", "torch"], env).stdout
+    assert "warm-cache-untrusted" in text and "export TORCHINDUCTOR_CACHE_DIR=~/.cache/torchinductor" in text

@@ -84,6 +84,7 @@ def execute(args: argparse.Namespace) -> int:
     if probe is not None:
         results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
     decision = _gdn_decision(facts)
+    store = _store_findings(settings)
     engine = _engine_choices(args.engine, facts) if args.engine else None
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
@@ -92,6 +93,7 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.envelope import dumps
 
         payload = _payload(facts, own, results, decision, code)
+        payload["store"] = store
         if engine is not None:
             payload["engine"] = engine
         if probe is not None:
@@ -101,9 +103,31 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.report import render_doctor
 
         render_doctor(
-            facts, results, decision, own=own, engine=engine, probe=probe.to_json() if probe else None
+            facts,
+            results,
+            decision,
+            own=own,
+            engine=engine,
+            probe=probe.to_json() if probe else None,
+            store=store,
         )
     return code
+
+
+def _store_findings(settings: Settings) -> dict[str, Any] | None:
+    """What this host would publish to the store (JITGUARD_SHARE): the caches it would leave out, and why;
+    None without a store."""
+    if not settings.share_url:
+        return None
+    import os
+
+    from jitguard.facts.jit_caches import layers, untrusted
+    from jitguard.findings.checks_store import warm_caches
+    from jitguard.fleet.store import describe_url
+
+    caches = layers(os.environ, settings.cache_dir)
+    findings = warm_caches(caches, untrusted(caches))
+    return {"url": describe_url(settings.share_url), "findings": [f.to_json() for f in findings]}
 
 
 def _installation() -> list[Finding]:

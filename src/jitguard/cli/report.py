@@ -59,6 +59,7 @@ def render_doctor(
     own: Sequence[Finding] = (),
     engine: Mapping[str, Any] | None = None,
     probe: Mapping[str, Any] | None = None,
+    store: Mapping[str, Any] | None = None,
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
@@ -84,6 +85,9 @@ def render_doctor(
     if probe is not None:
         out.print()
         render_probe(out, probe)
+    if store is not None:
+        out.print()
+        render_store(out, store)
     out.print()
     out.print("[bold]Verdict[/]")
     for backend, findings in results.items():
@@ -255,3 +259,15 @@ def _next_steps(results: Mapping[str, list[Finding]]) -> list[str]:
                 seen.add(f.code)
                 steps.append(f"[{backend}] {f.code}: {f.fixes[0].render()}")
     return steps
+
+
+def render_store(out: Any, store: Mapping[str, Any]) -> None:
+    """The store section of ``doctor``: what this host would leave out of a warm save, and why."""
+    from jitguard.findings.model import Finding
+
+    findings = [Finding.from_json(f) for f in store["findings"]]
+    out.print(f"[bold]store[/]  {escape(store['url'])}")
+    if findings:
+        render_findings(out, findings)
+    else:
+        out.print("  every cache here may be published")

@@ -133,3 +133,37 @@ def _absolute(path: Path) -> Path:
 
 def _within(path: Path, other: Path) -> bool:
     return path == other or other in path.parents
+
+
+# Where a user's own cache of each layer goes when the default is not safe to publish (docs/fleet.md).
+OWN_PLACE = {
+    "vllm": "~/.cache/vllm",
+    "sglang": "~/.cache/sglang",
+    "triton": "~/.triton/cache",
+    "inductor": "~/.cache/torchinductor",
+    "flashinfer": "~",
+    "deep_gemm": "~/.cache/deep_gemm",
+    "jitguard": "~/.cache/jitguard",
+}
+VARIABLE = {
+    "vllm": "VLLM_CACHE_ROOT",
+    "sglang": "SGLANG_CACHE_DIR",
+    "triton": "TRITON_CACHE_DIR",
+    "inductor": "TORCHINDUCTOR_CACHE_DIR",
+    "flashinfer": "FLASHINFER_WORKSPACE_BASE",
+    "deep_gemm": "DG_JIT_CACHE_DIR",
+    "jitguard": "JITGUARD_CACHE_DIR",
+}
+
+
+def untrusted(caches: tuple[CacheLayer, ...]) -> dict[str, tuple[str, ...]]:
+    """Each layer whose root a warm save would not publish (``fileio.trusted_root`` under
+    ``fileio.PUBLISHED``), with why. A root that does not exist yet is fine. Reads only ``lstat``s."""
+    from jitguard import fileio
+
+    found: dict[str, tuple[str, ...]] = {}
+    for cache in caches:
+        _real, reasons = fileio.trusted_root(cache.root, fileio.PUBLISHED)
+        if reasons:
+            found[cache.name] = reasons
+    return found

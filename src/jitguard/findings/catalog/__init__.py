@@ -11,7 +11,17 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jitguard.findings.catalog import build, engine, flashinfer, gdn, jitguard, system, toolchain, triton
+from jitguard.findings.catalog import (
+    build,
+    engine,
+    flashinfer,
+    gdn,
+    jitguard,
+    store,
+    system,
+    toolchain,
+    triton,
+)
 from jitguard.findings.model import CatalogEntry, Finding, Fix, Severity
 
 
@@ -35,6 +45,7 @@ CATALOG: dict[str, CatalogEntry] = _join(
         engine.ENTRIES,
         jitguard.ENTRIES,
         triton.ENTRIES,
+        store.ENTRIES,
     )
 )
 
