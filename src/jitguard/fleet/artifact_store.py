@@ -235,8 +235,9 @@ class ArtifactStore:
         return self.session("publish to", upload)
 
     def fetch(self, key: ArtifactKey, destination: Path) -> Fetched | None:
-        """Fetch the files of ``key`` into ``destination``, verified, each installed by rename. None when the
-        store has no such key. Raises StoreUnavailable or ArtifactRejected (then nothing was installed)."""
+        """Fetch the files of ``key`` into ``destination``, verified, each installed by ``link`` once all are in
+        hand: a file already there (built here meanwhile) is kept, never replaced. None when the store has no
+        such key. Raises StoreUnavailable or ArtifactRejected (then nothing was installed)."""
         destination = Path(destination)
         started = time.monotonic()
 
@@ -258,7 +259,8 @@ class ArtifactStore:
                     staged.append((tmp, destination / entry.name))
                 view.check_cancelled()
                 for tmp, final in staged:
-                    os.replace(tmp, final)
+                    with contextlib.suppress(FileExistsError):  # a local file wins over the store's
+                        os.link(tmp, final, follow_symlinks=False)
             finally:
                 for tmp, _final in staged:
                     with contextlib.suppress(OSError):

@@ -151,3 +151,15 @@ def test_a_blob_that_is_a_pipe_or_a_link_in_the_store_is_missing_not_read(tmp_pa
         with pytest.raises(ArtifactRejected, match="its blob is not in the store"):
             store.fetch(KEY, tmp_path / "host-b")
         assert not (tmp_path / "host-b" / "probe_module.so").exists()
+
+
+def test_a_fetch_never_replaces_a_file_already_here(tmp_path: Path) -> None:
+    store = _store(tmp_path, timeout=30.0)
+    store.publish(KEY, {"probe_module.so": _library(tmp_path)})
+    here = tmp_path / "host-b"
+    here.mkdir()
+    (here / "probe_module.so").write_bytes(b"built here meanwhile")
+    fetched = store.fetch(KEY, here)
+    assert fetched is not None
+    assert (here / "probe_module.so").read_bytes() == b"built here meanwhile"
+    assert [p.name for p in here.iterdir()] == ["probe_module.so"]  # no temporary left behind
