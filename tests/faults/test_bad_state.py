@@ -192,7 +192,7 @@ def test_a_1000_deep_link_verdict_is_a_miss(tmp_path: Path) -> None:
 
 
 def test_1000_deep_lock_sidecar_means_an_unknown_holder(tmp_path: Path) -> None:
-    from jitguard.supervise.module_lock import SIDECAR_SUFFIX, ModuleLock
+    from jitguard.locks.visible_lock import SIDECAR_SUFFIX, ModuleLock
 
     lock = ModuleLock(tmp_path / "mod.lock", "mod", timeout=1)
     (tmp_path / f"mod.lock{SIDECAR_SUFFIX}").write_text(DEEP)

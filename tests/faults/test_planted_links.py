@@ -13,9 +13,9 @@ import pytest
 
 from fault_makers import tiny_project
 from jitguard.errors import JitguardError, UsageError
+from jitguard.locks.visible_lock import ModuleLock
 from jitguard.state.failure_cache import FailureCache
 from jitguard.supervise import slots
-from jitguard.supervise.module_lock import ModuleLock
 from jitguard.supervise.runner import BuildOptions, BuildResult, run_ninja
 
 PRECIOUS = "root's own file, not jitguard's\n"

@@ -15,6 +15,7 @@ PACKAGE = Path(jitguard.__file__).parent
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
 # `boundary` is where jitguard runs inside foreign code (the fail-safe, the one patch mechanism, the process's
 # facts): right above `findings` (its fault line is a finding), below every stage that patches;
+# `locks` (a lock with visible waits, where locks live) right above them, so every stage with side effects can take one;
 # `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
 # snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
 # the engine integrations use the op; the CLI sits on top of everything.
@@ -22,6 +23,7 @@ STAGES = (
     ("config", "errors", "fileio", "redaction"),
     ("facts",),
     ("findings",),
+    ("locks",),
     ("boundary",),
     ("decision",),
     ("report",),

@@ -50,9 +50,9 @@ def execute(args: argparse.Namespace) -> int:
 
     from jitguard.config import Settings
     from jitguard.facts.jit_caches import LAYER_NAMES
+    from jitguard.fleet import warm_start
     from jitguard.fleet.artifact_store import describe_url
     from jitguard.fleet.snapshot import arch_of
-    from jitguard.integrations import warm_start
 
     settings = Settings.from_env()
     changes: dict[str, Any] = {}

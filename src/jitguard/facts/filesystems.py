@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MOUNT_TABLES = ("/proc/self/mountinfo", "/proc/mounts")
-# Where a local directory for locks is looked for after $TMPDIR (jitguard.supervise.lock_dir).
+# Where a local directory for locks is looked for after $TMPDIR (jitguard.locks.lock_dir).
 LOCK_BASES = ("/tmp", "/dev/shm")
 # Types whose files live on another machine (or a cluster), where flock and rename-heavy caches are not safe.
 NETWORK_TYPES = frozenset(

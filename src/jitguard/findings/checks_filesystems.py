@@ -1,7 +1,7 @@
 """Pre-flight checks of where builds and caches write: jitguard's cache dir, FlashInfer's workspace and
 Triton's cache dir on a network file system (``cache-on-network-fs``, a warning: things work, less safely).
 
-jitguard moves its own locks and compile slots to local disk by itself (``jitguard.supervise.lock_dir``);
+jitguard moves its own locks and compile slots to local disk by itself (``jitguard.locks.lock_dir``);
 the finding says so, and what to set so that the caches themselves are local.
 """
 

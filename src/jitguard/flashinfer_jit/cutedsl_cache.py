@@ -55,8 +55,8 @@ from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl_routes import persists_itself
 from jitguard.flashinfer_jit import cutedsl_objects
 from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
+from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 from jitguard.state.kernel_cache import KernelCache, KernelKey
-from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 FUNCTION = "cached_compile"
@@ -201,7 +201,7 @@ def _timed(compile: Callable[[], Any], name: str) -> Any:
 def _take_lock(settings: Settings, key: KernelKey) -> ModuleLock | None:
     """The per-kernel lock, held while one process compiles and publishes; None when it cannot be had (then
     this process compiles on its own: harmless, the first publish is kept)."""
-    from jitguard.supervise.lock_dir import lock_dir
+    from jitguard.locks.lock_dir import lock_dir
 
     try:
         path = lock_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"

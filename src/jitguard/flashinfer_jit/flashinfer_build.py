@@ -41,8 +41,8 @@ from jitguard.config import Settings, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
 from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding
+from jitguard.locks.visible_lock import ModuleLock
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
-from jitguard.supervise.module_lock import ModuleLock
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts

@@ -275,7 +275,7 @@ def _register(facts: Facts | None) -> bool:
         import jitguard
 
         log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
-    from jitguard.integrations import warm_start
+    from jitguard.fleet import warm_start
 
     warm_start.restore_once(Settings.from_env(), engine="sglang")  # never raises; a no-op without a store
     return layout is not None

@@ -5,7 +5,7 @@ jitguard, and what ``jitguard build ninja`` runs:
 
 1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
    ``UsageError`` naming the user's file and line;
-2. take the build lock of the build directory (``module_lock``: one build per manifest on the host, whoever
+2. take the build lock of the build directory (``locks.visible_lock``: one build per manifest on the host, whoever
    calls; others wait visibly, time out, or take over when the holder dies), and look again: a build that
    finished while we waited leaves nothing to do;
 3. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
@@ -38,12 +38,12 @@ from jitguard import fileio
 from jitguard.config import MAX_JOBS, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
 from jitguard.fleet import compiler_cache
+from jitguard.locks.visible_lock import ModuleLock
 from jitguard.supervise import build_time, manifest, ninja_log, slots
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
 from jitguard.supervise.build_options import BuildOptions, BuildResult
 from jitguard.supervise.diagnosis import build_finding, diagnose
-from jitguard.supervise.module_lock import ModuleLock
 from jitguard.supervise.oom import OomCounters
 from jitguard.supervise.progress import Reporter, make_reporter, steps_total
 

@@ -13,7 +13,7 @@ the file descriptor is inherited by the compiler so the slot stays taken exactly
 The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
 whose memory is not shared. It lives in jitguard's cache dir, or in the private temporary fallback when the
 cache dir is refused or full (``jitguard.fileio.state_dir``), or in a local directory when the cache dir is
-on a network file system, where flock is unreliable (``jitguard.supervise.lock_dir``). A slot file is never opened through a link: a
+on a network file system, where flock is unreliable (``jitguard.locks.lock_dir``). A slot file is never opened through a link: a
 link found at a slot's name is replaced by a plain file, so a dangling one cannot make jitguard create its
 target.
 
@@ -53,8 +53,8 @@ _RECLAIM_EVERY_S = 1.0
 def host_slots_dir(cache_dir: Path, *, mount_table: str | None = None) -> Path:
     """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``, or the same under the
     private temporary fallback, or under a local directory when the cache dir is on a network file system
-    (``jitguard.supervise.lock_dir``; ``mount_table``: the mount table's text, default this process's)."""
-    from jitguard.supervise.lock_dir import lock_dir  # not at import: the launcher imports this module
+    (``jitguard.locks.lock_dir``; ``mount_table``: the mount table's text, default this process's)."""
+    from jitguard.locks.lock_dir import lock_dir  # not at import: the launcher imports this module
 
     host = safe_name(socket.gethostname() or "localhost")
     try:

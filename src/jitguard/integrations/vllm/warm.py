@@ -35,7 +35,7 @@ _lock = threading.Lock()
 def restore_before_start() -> None:
     """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done)."""
     from jitguard.config import Settings
-    from jitguard.integrations import warm_start
+    from jitguard.fleet import warm_start
 
     warm_start.restore_once(Settings.from_env(), engine="vllm")  # never raises; a no-op without a store
 
@@ -81,7 +81,7 @@ def _then_save(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _save() -> None:
     from jitguard.config import Settings
-    from jitguard.integrations import warm_start
+    from jitguard.fleet import warm_start
 
     warm_start.save_when_ready(Settings.from_env(), engine="vllm")
 

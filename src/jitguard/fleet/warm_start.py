@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jitguard import fileio
 from jitguard.config import Settings, format_bytes
+from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
@@ -37,6 +39,8 @@ from jitguard.fleet.warm import (
     restore,
     save,
 )
+from jitguard.locks.lock_dir import lock_dir
+from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 
 log = logging.getLogger("jitguard.warm")
 ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
@@ -164,11 +168,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
 
 
 def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome:
-    from jitguard import fileio
-    from jitguard.errors import LockTimeout, LockUnavailable
-    from jitguard.supervise.lock_dir import lock_dir
-    from jitguard.supervise.module_lock import ModuleLock, ensure_visible_logging
-
     ensure_visible_logging()
     deadline = time.monotonic() + settings.share_timeout
     name = settings.warm_name
@@ -350,10 +349,6 @@ def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Th
         return None
 
     def run() -> None:
-        from jitguard.errors import LockTimeout, LockUnavailable
-        from jitguard.supervise.lock_dir import lock_dir
-        from jitguard.supervise.module_lock import ModuleLock
-
         lock = ModuleLock(
             lock_dir(settings.cache_dir, "locks") / "warm-save.lock",
             "warm snapshot save",

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from jitguard.errors import LockTimeout
-from jitguard.supervise import lock_dir as lock_dir_module
-from jitguard.supervise.lock_dir import local_root, lock_dir, lock_path_for
-from jitguard.supervise.module_lock import ModuleLock
+from jitguard.locks import lock_dir as lock_dir_module
+from jitguard.locks.lock_dir import local_root, lock_dir, lock_path_for
+from jitguard.locks.visible_lock import ModuleLock
 from jitguard.supervise.slots import host_slots_dir
 
 

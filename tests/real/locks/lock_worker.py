@@ -1,6 +1,6 @@
 """A rank that needs a module: take the module lock, build it unless it exists, then load it.
 
-Run by tests/real/supervise/test_module_lock.py as a real process (several at once). The "build" is a stand-in:
+Run by tests/real/locks/test_visible_lock.py as a real process (several at once). The "build" is a stand-in:
 a real child process that appends ninja-style ``[k/n]`` lines to the build log, waits for the test's
 go-ahead file at step 1, and writes the output atomically at the end. The child dies with this process
 (PDEATHSIG), as the runner's build tree does, so a SIGKILLed builder leaves nothing running.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jitguard.config import Settings
 from jitguard.errors import BuildFailed
-from jitguard.supervise.module_lock import ModuleLock
+from jitguard.locks.visible_lock import ModuleLock
 
 _STANDIN_BUILD = r"""
 import os, sys, time

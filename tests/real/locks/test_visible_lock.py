@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from jitguard.errors import LockTimeout
-from jitguard.supervise.module_lock import ModuleLock, progress_from_log
+from jitguard.locks.visible_lock import ModuleLock, progress_from_log
 
 WORKER = Path(__file__).with_name("lock_worker.py")
 
@@ -187,7 +187,7 @@ def test_progress_is_read_from_the_tail_of_a_ninja_log(tmp_path: Path) -> None:
 
 def test_a_lock_path_that_cannot_be_created_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     from jitguard.errors import LockUnavailable
-    from jitguard.supervise.module_lock import ModuleLock
+    from jitguard.locks.visible_lock import ModuleLock
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the lock directory should be")

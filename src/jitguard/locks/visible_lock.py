@@ -12,7 +12,7 @@ tensor-parallel ranks sit silent while the eighth compiles (or has died). This l
   sidecar left behind tells the new holder it is taking over, and from whom.
 
 A lock file on a network file system, where flock is unreliable (flashinfer#3777), is taken on a local
-stand-in instead (``jitguard.supervise.lock_dir``), said once per process: the processes of this host still
+stand-in instead (``jitguard.locks.lock_dir``), said once per process: the processes of this host still
 exclude each other, stock FlashInfer processes no longer.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 from jitguard.config import format_duration as _duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.fileio import read_json, write_json
-from jitguard.supervise.lock_dir import lock_path_for
+from jitguard.locks.lock_dir import lock_path_for
 
 LOGGER_NAME = "jitguard"
 SIDECAR_SUFFIX = ".jitguard.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jitguard.config import Settings
-from jitguard.integrations import warm_start
+from jitguard.fleet import warm_start
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
 
