@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jitguard import __version__
 from jitguard.fleet.store import (
@@ -60,6 +60,9 @@ MAX_FILE_BYTES = 16 * 1024**3
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_.+-]{1,120}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+if TYPE_CHECKING:
+    from jitguard.fleet.signing import Seal, Trust
 
 T = TypeVar("T")
 
@@ -164,6 +167,7 @@ class Fetched:
     paths: tuple[Path, ...]
     bytes: int
     seconds: float
+    seal: Seal | None = None  # who signed the manifest (fleet.signing)
 
 
 def _safe(module: str) -> str:
@@ -174,13 +178,16 @@ def _safe(module: str) -> str:
 
 
 class ArtifactStore:
-    """A store at ``url``; every call runs under ``timeout`` seconds."""
+    """A store at ``url``; every call runs under ``timeout`` seconds. ``trust`` signs the manifests published
+    and checks the ones fetched (``fleet.signing``); None: the one JITGUARD_SIGNING_KEY and
+    JITGUARD_TRUSTED_KEYS set, read when first needed."""
 
-    def __init__(self, url: str, *, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 120.0, trust: Trust | None = None) -> None:
         if not url or not url.strip():
             raise ValueError("an artifact store needs a URL")
         self.url = url.strip()
         self.timeout = timeout
+        self._trust = trust
         self._fs: Any = None
         self._root = ""
         self._base = ""
@@ -189,6 +196,15 @@ class ArtifactStore:
         return f"ArtifactStore({describe_url(self.url)!r})"
 
     # -- public ---------------------------------------------------------------------------------------------
+
+    @property
+    def trust(self) -> Trust:
+        """How manifests are signed and checked. Raises SigningError for trusted keys that cannot be used."""
+        if self._trust is None:
+            from jitguard.fleet.signing import Trust
+
+            self._trust = Trust.from_env()
+        return self._trust
 
     def publish(
         self, key: ArtifactKey, files: Mapping[str, Path], extra: Mapping[str, Any] | None = None
@@ -199,6 +215,7 @@ class ArtifactStore:
             if not _NAME.match(name):
                 raise ValueError(f"not a plain file name: {name!r}")
             entries.append((ArtifactFile(name, Path(path).stat().st_size, sha256_of(Path(path))), Path(path)))
+        self.trust.signer()  # a signing key that cannot be used fails the publish before any upload
         manifest = Manifest(
             key=key,
             files=tuple(e for e, _ in entries),
@@ -213,7 +230,8 @@ class ArtifactStore:
                 if not view.has_blob(entry.sha256, entry.size, rewrite_remote=True):
                     view.put_blob(path, entry.sha256)
             body = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
-            view.write_document(f"modules/{key.manifest_name}", body)
+            name = f"modules/{key.manifest_name}"
+            view.write_document(name, self.trust.seal(name, body))
             return manifest
 
         return self.session("publish to", upload)
@@ -223,13 +241,16 @@ class ArtifactStore:
         store has no such key. Raises StoreUnavailable or ArtifactRejected (then nothing was installed)."""
         destination = Path(destination)
         started = time.monotonic()
+        trust = self.trust
 
         def download(view: StoreView) -> Fetched | None:
-            raw = view.read_document(f"modules/{key.manifest_name}", MAX_MANIFEST_BYTES)
+            name = f"modules/{key.manifest_name}"
+            raw = view.read_document(name, MAX_MANIFEST_BYTES)
             if raw is None:
                 return None
+            body, seal = trust.open(name, raw)  # SignatureRefused: not signed by a key this host trusts
             try:
-                data = json.loads(raw)
+                data = json.loads(body)
             except ValueError as exc:
                 raise ArtifactRejected(f"the manifest is not JSON: {exc}") from None
             manifest = Manifest.from_json(data, key)
@@ -248,7 +269,9 @@ class ArtifactStore:
                     with contextlib.suppress(OSError):
                         tmp.unlink()
             total = sum(f.size for f in manifest.files)
-            return Fetched(manifest, tuple(final for _, final in staged), total, time.monotonic() - started)
+            return Fetched(
+                manifest, tuple(final for _, final in staged), total, time.monotonic() - started, seal
+            )
 
         return self.session("fetch from", download)
 

@@ -29,9 +29,12 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer
+
+if TYPE_CHECKING:
+    from jitguard.fleet.signing import Seal
 
 SCHEMA = "jitguard.warm-snapshot/1"
 MAX_FILES = 200_000
@@ -147,6 +150,7 @@ class Snapshot:
     publisher: str = ""
     jitguard_version: str = ""
     skipped: Mapping[str, int] = field(default_factory=dict)  # why -> how many files were left out
+    signature: Seal | None = None  # who signed the manifest it was read from (fleet.signing)
 
     @property
     def bytes(self) -> int:
