@@ -85,6 +85,7 @@ def execute(args: argparse.Namespace) -> int:
         results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
     decision = _gdn_decision(facts)
     engine = _engine_choices(args.engine, facts) if args.engine else None
+    store = _store_trust(settings)
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
 
@@ -92,6 +93,7 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.envelope import dumps
 
         payload = _payload(facts, own, results, decision, code)
+        payload["store"] = {**store, "findings": [f.to_json() for f in store["findings"]]}
         if engine is not None:
             payload["engine"] = engine
         if probe is not None:
@@ -101,7 +103,13 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.report import render_doctor
 
         render_doctor(
-            facts, results, decision, own=own, engine=engine, probe=probe.to_json() if probe else None
+            facts,
+            results,
+            decision,
+            own=own,
+            engine=engine,
+            probe=probe.to_json() if probe else None,
+            store=store,
         )
     return code
 
@@ -111,6 +119,34 @@ def _installation() -> list[Finding]:
     from jitguard.findings.checks_jitguard import installation
 
     return installation(probe())
+
+
+def _store_trust(settings: Settings) -> dict[str, Any]:
+    """The store, how this host signs what it saves and which signers it accepts, and the findings about it
+    (docs/fleet.md "Signed snapshots")."""
+    from jitguard.findings.checks_signing import store_trust
+    from jitguard.fleet.artifact_store import describe_url
+    from jitguard.fleet.signing import SigningError, load_signer, parse_trusted_keys
+
+    store = describe_url(settings.share_url) if settings.share_url else None
+    trusted: tuple[str, ...] = ()
+    trust_problem = signs_as = signing_problem = None
+    if settings.trusted_keys is not None:
+        try:
+            trusted = tuple(k.key_id for k in parse_trusted_keys(settings.trusted_keys))
+        except SigningError as exc:
+            trust_problem = str(exc)
+    if settings.signing_key is not None:
+        try:
+            signs_as = load_signer(settings.signing_key).public.key_id
+        except SigningError as exc:
+            signing_problem = str(exc)
+    return {
+        "url": store,
+        "signs_as": signs_as,
+        "trusted_signers": list(trusted),
+        "findings": store_trust(store, trusted, trust_problem, signs_as, signing_problem),
+    }
 
 
 def _deep_findings(facts: Facts, backend: str) -> list[Finding]:

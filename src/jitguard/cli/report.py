@@ -50,6 +50,16 @@ def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = 
             out.print(f"{indent}    [dim]fix {i}:[/] {text}{cmd}")
 
 
+def render_store_trust(out: Any, store: Mapping[str, Any]) -> None:
+    """doctor's artifact store section: who signs, whom this host trusts, and the findings about it."""
+    trusted = store["trusted_signers"]
+    out.print(f"[bold]artifact store[/]  {escape(str(store['url'] or 'none configured (JITGUARD_SHARE)'))}")
+    out.print(f"  signs what it saves as: {store['signs_as'] or 'nothing (no usable JITGUARD_SIGNING_KEY)'}")
+    out.print(f"  accepts: {'only ' + ', '.join(trusted) if trusted else 'anything, signed or not'}")
+    if store["findings"]:
+        render_findings(out, list(store["findings"]))
+
+
 def render_doctor(
     facts: Facts,
     results: Mapping[str, list[Finding]],
@@ -59,6 +69,7 @@ def render_doctor(
     own: Sequence[Finding] = (),
     engine: Mapping[str, Any] | None = None,
     probe: Mapping[str, Any] | None = None,
+    store: Mapping[str, Any] | None = None,
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
@@ -84,6 +95,9 @@ def render_doctor(
     if probe is not None:
         out.print()
         render_probe(out, probe)
+    if store is not None and (store["url"] or store["findings"]):
+        out.print()
+        render_store_trust(out, store)
     out.print()
     out.print("[bold]Verdict[/]")
     for backend, findings in results.items():

@@ -94,9 +94,15 @@ class SignatureRefused(ArtifactRejected):
     """A document this host does not trust: unsigned, signed by another key, or a signature that does not
     verify. ``seal`` says which."""
 
-    def __init__(self, name: str, seal: Seal) -> None:
+    def __init__(self, name: str, seal: Seal, trusted: tuple[str, ...] = ()) -> None:
         self.seal = seal
-        super().__init__(f"{name} is {seal.describe()}")
+        message = f"{name} is {seal.describe()}"
+        if seal.status in (UNSIGNED, UNTRUSTED) and trusted:
+            message += (
+                f" (this host trusts {', '.join(trusted)}): save it again from a host whose "
+                "JITGUARD_SIGNING_KEY is one of those, or add its signer's public key to JITGUARD_TRUSTED_KEYS"
+            )
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,7 @@ class Trust:
         if not _ENVELOPE.match(raw[:256]):
             seal = Seal(UNSIGNED, None, accepted=not self.trusted)
             if not seal.accepted:
-                raise SignatureRefused(name, seal)
+                raise SignatureRefused(name, seal, self.trusted_ids)
             return raw, seal
         try:
             key_id, signature, body = _parse_envelope(name, raw)
@@ -203,10 +209,21 @@ class Trust:
             return body, Seal(UNVERIFIED, key_id)
         key = next((k for k in self.trusted if k.key_id == key_id), None)
         if key is None:
-            raise SignatureRefused(name, Seal(UNTRUSTED, key_id, accepted=False))
+            raise SignatureRefused(name, Seal(UNTRUSTED, key_id, accepted=False), self.trusted_ids)
         if signature is None or not _verify(key, signature, _message(name, body)):
             raise SignatureRefused(name, Seal(BAD_SIGNATURE, key_id, accepted=False))
         return body, Seal(TRUSTED, key_id)
+
+
+def _ed25519() -> Any:
+    """cryptography's ed25519 module; SigningError naming the install when the package is missing."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError as exc:
+        raise SigningError(
+            f"signatures need the cryptography package ({exc}); pip install 'cryptography>=42'"
+        ) from None
+    return ed25519
 
 
 def _message(name: str, body: bytes) -> bytes:
@@ -244,11 +261,11 @@ def _parse_envelope(name: str, raw: bytes) -> tuple[str, bytes | None, bytes]:
 
 
 def _verify(key: PublicKey, signature: bytes, message: bytes) -> bool:
+    ed25519 = _ed25519()
     from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
-        Ed25519PublicKey.from_public_bytes(key.raw).verify(signature, message)
+        ed25519.Ed25519PublicKey.from_public_bytes(key.raw).verify(signature, message)
     except InvalidSignature:
         return False
     return True
@@ -260,10 +277,10 @@ def _verify(key: PublicKey, signature: bytes, message: bytes) -> bool:
 def generate(path: Path) -> PublicKey:
     """A new key pair: the private key written to ``path`` (mode 0600, created, never replacing anything);
     its public key returned. Raises SigningError when ``path`` exists or cannot be written."""
+    ed25519 = _ed25519()
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    key = Ed25519PrivateKey.generate()
+    key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -293,30 +310,31 @@ def generate(path: Path) -> PublicKey:
 def load_signer(path: Path) -> Signer:
     """The private key at ``path``, which must be a regular file of this user that no one else can read or
     write (as ssh requires of an identity file). Raises SigningError naming the fix."""
+    ed25519 = _ed25519()
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     data, st = _read_small(path, "JITGUARD_SIGNING_KEY")
     if st.st_uid != os.geteuid():
         raise SigningError(
-            f"JITGUARD_SIGNING_KEY={path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-            f"a signing key must be your own. Make your own key: {GENERATE_HINT}"
+            f"The signing key {path} (JITGUARD_SIGNING_KEY) belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            f"a signing key must be your own. Make your own: {GENERATE_HINT} (or, as root: chown "
+            f"$(id -u) {path})"
         )
     if st.st_mode & 0o077:
         raise SigningError(
-            f"JITGUARD_SIGNING_KEY={path} has mode {stat.S_IMODE(st.st_mode):04o}: others can read it, so it "
+            f"The signing key {path} (JITGUARD_SIGNING_KEY) has mode {stat.S_IMODE(st.st_mode):04o}: others can read it, so it "
             f"is not used (as ssh refuses such a key). Fix: chmod 600 {path}"
         )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise SigningError(
-            f"JITGUARD_SIGNING_KEY={path} is not an unencrypted PEM private key ({exc}); make one: "
+            f"The signing key {path} (JITGUARD_SIGNING_KEY) is not an unencrypted PEM private key ({exc}); make one: "
             f"{GENERATE_HINT}"
         ) from None
-    if not isinstance(key, Ed25519PrivateKey):
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise SigningError(
-            f"JITGUARD_SIGNING_KEY={path} is a {type(key).__name__}, not an ed25519 key; make one: "
+            f"The signing key {path} (JITGUARD_SIGNING_KEY) is a {type(key).__name__}, not an ed25519 key; make one: "
             f"{GENERATE_HINT}"
         )
     return Signer(path, _public_of(key), key)
@@ -340,7 +358,7 @@ def parse_trusted_keys(text: str) -> tuple[PublicKey, ...]:
 
 
 def _keys_from_file(path: Path) -> tuple[PublicKey, ...]:
-    source = f"JITGUARD_TRUSTED_KEYS={path}"
+    source = f"The trusted keys file {path} (JITGUARD_TRUSTED_KEYS)"
     if not path.is_absolute():
         raise SigningError(
             f"{source}: neither a public key line ({KEY_TYPE}:...) nor an absolute path of a file of them"
@@ -368,18 +386,18 @@ def _read_small(path: Path, variable: str) -> tuple[bytes, os.stat_result]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise SigningError(f"{variable}={path}: no such file. Make a key: {GENERATE_HINT}") from None
+        raise SigningError(f"{path} ({variable}): no such file. Make a key: {GENERATE_HINT}") from None
     except OSError as exc:
-        raise SigningError(f"{variable}={path} cannot be read: {exc.strerror or exc}") from None
+        raise SigningError(f"{path} ({variable}) cannot be read: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SigningError(f"{variable}={path} is not a regular file")
+            raise SigningError(f"{path} ({variable}) is not a regular file")
         if st.st_size > KEY_FILE_MAX_BYTES:
-            raise SigningError(f"{variable}={path} is {st.st_size} bytes: not a key file")
+            raise SigningError(f"{path} ({variable}) is {st.st_size} bytes: not a key file")
         data = os.read(fd, KEY_FILE_MAX_BYTES + 1)
     except OSError as exc:
-        raise SigningError(f"{variable}={path} cannot be read: {exc.strerror or exc}") from None
+        raise SigningError(f"{path} ({variable}) cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     return data, st

@@ -2,7 +2,7 @@
 so a cause diagnosed before a build and after it carries the same code and fix.
 
 Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``, ``engine``,
-``jitguard``, ``triton``); this module joins them and refuses duplicates.
+``jitguard``, ``triton``, ``signing``); this module joins them and refuses duplicates.
 """
 
 from __future__ import annotations
@@ -11,7 +11,17 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jitguard.findings.catalog import build, engine, flashinfer, gdn, jitguard, system, toolchain, triton
+from jitguard.findings.catalog import (
+    build,
+    engine,
+    flashinfer,
+    gdn,
+    jitguard,
+    signing,
+    system,
+    toolchain,
+    triton,
+)
 from jitguard.findings.model import CatalogEntry, Finding, Fix, Severity
 
 
@@ -35,6 +45,7 @@ CATALOG: dict[str, CatalogEntry] = _join(
         engine.ENTRIES,
         jitguard.ENTRIES,
         triton.ENTRIES,
+        signing.ENTRIES,
     )
 )
 
