@@ -34,6 +34,7 @@ EXPECTED: dict[tuple[str, ...], tuple[tuple[str, ...], int]] = {
     ("warm", "restore"): (("--arch", "9.0", "--store", "file://{project}"), 1),
     ("warm", "save"): (("--arch", "9.0", "--store", "file://{project}", "--layers", "jitguard"), 0),
     ("warm", "show"): (("--arch", "9.0"), 0),
+    ("warm", "keygen"): (("--out", "{project}/signing.key"), 0),  # a new file; an existing one: 2
 }
 
 
