@@ -305,8 +305,9 @@ def save_now(
     except Exception as exc:
         log.warning("jitguard: the warm snapshot was not saved: %s: %s", type(exc).__name__, exc)
         return Outcome("failed", f"{type(exc).__name__}: {exc}")
-    log.info("jitguard: %s", describe_saved(saved, store.url))
-    return Outcome("saved", describe_saved(saved, store.url), saved=saved)
+    signed = f", signed by key {signer.public.key_id}" if signer is not None else ", unsigned"
+    log.info("jitguard: %s%s", describe_saved(saved, store.url), signed)
+    return Outcome("saved", describe_saved(saved, store.url) + signed, saved=saved)
 
 
 def describe_saved(saved: Saved, url: str) -> str:

@@ -97,7 +97,7 @@ def assert_refused(fleet: Fleet, proc: Any, envelope: dict[str, Any], status: st
 
 def test_a_snapshot_signed_by_a_trusted_key_restores(fleet: Fleet) -> None:
     public = fleet.keygen("a")
-    fleet.save("a", "a")
+    assert fleet.save("a", "a")["detail"].endswith(f"signed by key {public.split(':')[1]}")
     proc, envelope = fleet.run("restore", "b", JITGUARD_TRUSTED_KEYS=public)
     assert proc.returncode == 0, proc.stderr
     assert envelope["outcome"] == "restored" and envelope["restored"]["landed"] == 3
