@@ -99,7 +99,7 @@ class SignatureRefused(ArtifactRejected):
         message = f"{name} is {seal.describe()}"
         if seal.status in (UNSIGNED, UNTRUSTED) and trusted:
             message += (
-                f" (this host trusts {', '.join(trusted)}): save it again from a host whose "
+                f" (this host trusts {', '.join(trusted)}): publish it again from a host whose "
                 "JITGUARD_SIGNING_KEY is one of those, or add its signer's public key to JITGUARD_TRUSTED_KEYS"
             )
         super().__init__(message)
@@ -314,28 +314,26 @@ def load_signer(path: Path) -> Signer:
     from cryptography.hazmat.primitives import serialization
 
     data, st = _read_small(path, "JITGUARD_SIGNING_KEY")
+    shown = f"The signing key {path} (JITGUARD_SIGNING_KEY)"
     if st.st_uid != os.geteuid():
         raise SigningError(
-            f"The signing key {path} (JITGUARD_SIGNING_KEY) belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-            f"a signing key must be your own. Make your own: {GENERATE_HINT} (or, as root: chown "
-            f"$(id -u) {path})"
+            f"{shown} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): a signing key must "
+            f"be your own. Make your own: {GENERATE_HINT} (or have root give it to you: chown <you> {path})"
         )
     if st.st_mode & 0o077:
         raise SigningError(
-            f"The signing key {path} (JITGUARD_SIGNING_KEY) has mode {stat.S_IMODE(st.st_mode):04o}: others can read it, so it "
-            f"is not used (as ssh refuses such a key). Fix: chmod 600 {path}"
+            f"{shown} has mode {stat.S_IMODE(st.st_mode):04o}: others can read it, so it is not used (as ssh "
+            f"refuses such a key). Fix: chmod 600 {path}"
         )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise SigningError(
-            f"The signing key {path} (JITGUARD_SIGNING_KEY) is not an unencrypted PEM private key ({exc}); make one: "
-            f"{GENERATE_HINT}"
+            f"{shown} is not an unencrypted PEM private key ({exc}); make one: {GENERATE_HINT}"
         ) from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise SigningError(
-            f"The signing key {path} (JITGUARD_SIGNING_KEY) is a {type(key).__name__}, not an ed25519 key; make one: "
-            f"{GENERATE_HINT}"
+            f"{shown} is a {type(key).__name__}, not an ed25519 key; make one: {GENERATE_HINT}"
         )
     return Signer(path, _public_of(key), key)
 
