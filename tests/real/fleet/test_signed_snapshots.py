@@ -247,3 +247,43 @@ def test_the_engines_save_replaces_a_manifest_this_host_did_not_sign(
     assert warm_start.save_now(Settings.from_env(), arch="sm_90", only_if_new=True).action == "saved"
     assert json.loads(fleet.manifest().read_bytes())["key"] == public.split(":")[1]
     assert warm_start.save_now(Settings.from_env(), arch="sm_90", only_if_new=True).action == "unchanged"
+
+
+def test_an_engine_start_refuses_an_untrusted_snapshot_with_one_warning_and_goes_on(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The plugins' restore (``restore_once``): never an error that stops the engine, one warning, nothing
+    landed, and not asked again in the same process."""
+    import logging
+
+    from jitguard.config import Settings
+    from jitguard.integrations import warm_start
+
+    trusted, _other = fleet.keygen("a"), fleet.keygen("other")
+    fleet.save("a", "other")
+    for name, value in fleet.env("b", JITGUARD_TRUSTED_KEYS=trusted).items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.INFO, logger="jitguard"):
+        first = warm_start.restore_once(Settings.from_env(), arch="sm_90")
+        again = warm_start.restore_once(Settings.from_env(), arch="sm_90")
+    assert first.action == "refused" and first.signature is not None and first.signature.status == "untrusted"
+    assert again.action == "refused" and "tried earlier in this process" in again.detail
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "not in JITGUARD_TRUSTED_KEYS" in warnings[0].getMessage()
+    assert fleet.landed("b") == []
+
+
+def test_doctor_text_shows_the_store_section(fleet: Fleet) -> None:
+    public = fleet.keygen("a")
+    proc = jitguard(
+        ["doctor", "--backend", "torch"],
+        fleet.env("b", JITGUARD_SIGNING_KEY=fleet.key("a"), JITGUARD_TRUSTED_KEYS=public),
+    )
+    assert_no_traceback(proc)
+    key_id = public.split(":")[1]
+    assert f"signs what it saves as: {key_id}" in proc.stdout and f"accepts: only {key_id}" in proc.stdout
+    assert "store-unsigned" not in proc.stdout
+    Path(fleet.key("a")).chmod(0o644)
+    proc = jitguard(["doctor", "--backend", "torch"], fleet.env("b", JITGUARD_SIGNING_KEY=fleet.key("a")))
+    assert "store-unsigned" in proc.stdout and "jitguard warm keygen --out" in proc.stdout
+    assert "signing-key-unusable" in proc.stdout and f"chmod 600 {fleet.key('a')}" in proc.stdout
