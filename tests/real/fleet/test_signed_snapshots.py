@@ -287,3 +287,32 @@ def test_doctor_text_shows_the_store_section(fleet: Fleet) -> None:
     proc = jitguard(["doctor", "--backend", "torch"], fleet.env("b", JITGUARD_SIGNING_KEY=fleet.key("a")))
     assert "store-unsigned" in proc.stdout and "jitguard warm keygen --out" in proc.stdout
     assert "signing-key-unusable" in proc.stdout and f"chmod 600 {fleet.key('a')}" in proc.stdout
+
+
+def test_a_module_from_an_untrusted_publisher_is_refused_and_built_here(fleet: Fleet) -> None:
+    """`jitguard build ninja --publish/--share`: the module store is signed and checked like snapshots."""
+    from fault_makers import tiny_project
+
+    trusted, _other = fleet.keygen("a"), fleet.keygen("other")
+    store = f"file://{fleet.store}"
+
+    def build(host: str, *args: str, **extra: str) -> dict[str, Any]:
+        project = fleet.base / host / "project"
+        if not project.exists():
+            tiny_project(project)
+        proc = jitguard(
+            ["build", "ninja", str(project), "--progress", "none", "--json", *args],
+            base_env(fleet.base / host / "jg", **extra),
+        )
+        assert_no_traceback(proc)
+        payload = json.loads(proc.stdout)
+        assert_valid(payload)
+        return payload
+
+    published = build("a", "--publish", store, JITGUARD_SIGNING_KEY=fleet.key("other"))
+    assert [o["action"] for o in published["shared"]] == ["published"]
+    refused = build("b", "--share", store, JITGUARD_TRUSTED_KEYS=trusted)
+    assert refused["status"] == "built" and refused["shared"][0]["action"] == "refused"
+    assert "not in JITGUARD_TRUSTED_KEYS" in refused["shared"][0]["detail"]
+    fetched = build("c", "--share", store, JITGUARD_TRUSTED_KEYS=f"{trusted},{_other}")
+    assert fetched["status"] == "fetched" and "(trusted)" in fetched["shared"][0]["detail"]
