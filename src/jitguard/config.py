@@ -147,6 +147,8 @@ class Settings:
     warm: str = "auto"  # JITGUARD_WARM: restore/save engine-start JIT caches through the store (fleet.warm)
     warm_name: str = "default"  # JITGUARD_WARM_NAME: which snapshot of this stack and arch
     warm_arch: str | None = None  # JITGUARD_WARM_ARCH: the GPU arch when no GPU can be asked (e.g. 9.0)
+    signing_key: Path | None = None  # JITGUARD_SIGNING_KEY: private key that signs what this host publishes
+    trusted_keys: str | None = None  # JITGUARD_TRUSTED_KEYS: public key lines or a file (fleet.signing)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -222,6 +224,11 @@ class Settings:
             warm=warm,
             warm_name=warm_name,
             warm_arch=warm_arch,
+            # Parsed where they are used (fleet.signing): the key file and the key list are checked there.
+            signing_key=Path(raw_key.strip()).expanduser()
+            if (raw_key := get("JITGUARD_SIGNING_KEY"))
+            else None,
+            trusted_keys=get("JITGUARD_TRUSTED_KEYS"),  # white space alone is refused there, never "none"
             **timeouts,
         )
 

@@ -59,6 +59,10 @@ _SIGNED_QUERY = re.compile(
     r"(?i)([?&][A-Za-z0-9_.-]{0,40}(?:signature|sig|token|credential|key|secret|policy)=)[^&\s'\"#<>]+"
 )
 _MIN_VARIABLE_SECRET = 6
+# Variables whose name says KEY but whose value is public (public keys), and values that are a path (a key
+# *file*, GOOGLE_APPLICATION_CREDENTIALS): neither is the secret itself.
+_PUBLIC_VARIABLES = frozenset({"JITGUARD_TRUSTED_KEYS"})
+_PATH_STARTS = ("/", "~/", "./", "../")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{32,}")
 _MIN_RANDOM = 32
 _MAX_SLASHES = 2
@@ -97,7 +101,11 @@ def _variable_secrets() -> list[str]:
     found = {
         value
         for name, value in os.environ.items()
-        if len(value) >= _MIN_VARIABLE_SECRET and SECRET_NAME.search(name) and value != REDACTED
+        if len(value) >= _MIN_VARIABLE_SECRET
+        and SECRET_NAME.search(name)
+        and name not in _PUBLIC_VARIABLES
+        and not value.startswith(_PATH_STARTS)
+        and value != REDACTED
     }
     return sorted(found, key=len, reverse=True)
 

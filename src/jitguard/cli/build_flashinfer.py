@@ -318,7 +318,7 @@ def _report_success(
             f"FlashInfer's {plan.family.full_tu_count} files); a serving process uses it for those calls."
         )
     for outcome in built.shared:
-        if outcome.action == "failed":
+        if outcome.action in ("failed", "refused"):
             out.print(f"[yellow]artifact store[/]: {outcome.detail}")
     if built.status == "fetched":
         fetched = next(o for o in built.shared if o.action == "fetched")

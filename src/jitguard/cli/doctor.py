@@ -84,8 +84,8 @@ def execute(args: argparse.Namespace) -> int:
     if probe is not None:
         results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
     decision = _gdn_decision(facts)
-    store = _store_findings(settings)
     engine = _engine_choices(args.engine, facts) if args.engine else None
+    store = _store_trust(settings)
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
 
@@ -93,7 +93,7 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.envelope import dumps
 
         payload = _payload(facts, own, results, decision, code)
-        payload["store"] = store
+        payload["store"] = {**store, "findings": [f.to_json() for f in store["findings"]]}
         if engine is not None:
             payload["engine"] = engine
         if probe is not None:
@@ -114,27 +114,41 @@ def execute(args: argparse.Namespace) -> int:
     return code
 
 
-def _store_findings(settings: Settings) -> dict[str, Any] | None:
-    """What this host would publish to the store (JITGUARD_SHARE): the caches it would leave out, and why;
-    None without a store."""
-    if not settings.share_url:
-        return None
-    import os
-
-    from jitguard.facts.jit_caches import layers, untrusted
-    from jitguard.findings.checks_store import warm_caches
-    from jitguard.fleet.store import describe_url
-
-    caches = layers(os.environ, settings.cache_dir)
-    findings = warm_caches(caches, untrusted(caches))
-    return {"url": describe_url(settings.share_url), "findings": [f.to_json() for f in findings]}
-
-
 def _installation() -> list[Finding]:
     from jitguard.facts.installation import probe
     from jitguard.findings.checks_jitguard import installation
 
     return installation(probe())
+
+
+def _store_trust(settings: Settings) -> dict[str, Any]:
+    """The store, how this host signs what it saves and which signers it accepts, and the findings about it
+    (docs/fleet.md "Signed snapshots")."""
+    import os
+
+    from jitguard.facts.jit_caches import layers, untrusted
+    from jitguard.findings.checks_store import store_trust, warm_caches
+    from jitguard.fleet.artifact_store import describe_url
+    from jitguard.fleet.signing import SigningError, load_signer, parse_trusted_keys
+
+    store = describe_url(settings.share_url) if settings.share_url else None
+    trusted: tuple[str, ...] = ()
+    trust_problem = signs_as = signing_problem = None
+    if settings.trusted_keys is not None:
+        try:
+            trusted = tuple(k.key_id for k in parse_trusted_keys(settings.trusted_keys))
+        except SigningError as exc:
+            trust_problem = str(exc)
+    if settings.signing_key is not None:
+        try:
+            signs_as = load_signer(settings.signing_key).public.key_id
+        except SigningError as exc:
+            signing_problem = str(exc)
+    findings = store_trust(store, trusted, trust_problem, signs_as, signing_problem)
+    if store:  # what a save would leave out matters only where there is a store to save to
+        caches = layers(os.environ, settings.cache_dir)
+        findings += warm_caches(caches, untrusted(caches))
+    return {"url": store, "signs_as": signs_as, "trusted_signers": list(trusted), "findings": findings}
 
 
 def _deep_findings(facts: Facts, backend: str) -> list[Finding]:

@@ -50,6 +50,16 @@ def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = 
             out.print(f"{indent}    [dim]fix {i}:[/] {text}{cmd}")
 
 
+def render_store_trust(out: Any, store: Mapping[str, Any]) -> None:
+    """doctor's artifact store section: who signs, whom this host trusts, and the findings about it."""
+    trusted = store["trusted_signers"]
+    out.print(f"[bold]artifact store[/]  {escape(str(store['url'] or 'none configured (JITGUARD_SHARE)'))}")
+    out.print(f"  signs what it saves as: {store['signs_as'] or 'nothing (no usable JITGUARD_SIGNING_KEY)'}")
+    out.print(f"  accepts: {'only ' + ', '.join(trusted) if trusted else 'anything, signed or not'}")
+    if store["findings"]:
+        render_findings(out, list(store["findings"]))
+
+
 def render_doctor(
     facts: Facts,
     results: Mapping[str, list[Finding]],
@@ -85,9 +95,9 @@ def render_doctor(
     if probe is not None:
         out.print()
         render_probe(out, probe)
-    if store is not None:
+    if store is not None and (store["url"] or store["findings"]):
         out.print()
-        render_store(out, store)
+        render_store_trust(out, store)
     out.print()
     out.print("[bold]Verdict[/]")
     for backend, findings in results.items():
@@ -259,15 +269,3 @@ def _next_steps(results: Mapping[str, list[Finding]]) -> list[str]:
                 seen.add(f.code)
                 steps.append(f"[{backend}] {f.code}: {f.fixes[0].render()}")
     return steps
-
-
-def render_store(out: Any, store: Mapping[str, Any]) -> None:
-    """The store section of ``doctor``: what this host would leave out of a warm save, and why."""
-    from jitguard.findings.model import Finding
-
-    findings = [Finding.from_json(f) for f in store["findings"]]
-    out.print(f"[bold]store[/]  {escape(store['url'])}")
-    if findings:
-        render_findings(out, findings)
-    else:
-        out.print("  every cache here may be published")

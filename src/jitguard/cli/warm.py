@@ -1,6 +1,7 @@
-"""`jitguard warm save|restore|show`: an engine start's JIT caches, saved to the artifact store and restored on
-another host (a Docker image build, a CI job, a new node) by command; the engine plugins do the same on their own
-where a store is configured (``integrations.warm_start``, docs/fleet.md)."""
+"""`jitguard warm save|restore|show|keygen`: an engine start's JIT caches, saved to the artifact store and restored
+on another host (a Docker image build, a CI job, a new node) by command; the engine plugins do the same on their
+own where a store is configured (``integrations.warm_start``, docs/fleet.md). ``keygen`` makes the key pair that
+signs what a host saves (``fleet.signing``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def configure(subparsers: Any) -> None:
             "FlashInfer's workspace, jitguard's CuTeDSL kernels), found where the engine looks for it, saved "
             "to the artifact store (one blob per file, named by its sha256) under a manifest for this "
             "software stack and GPU arch, and restored verified, without replacing any local file. The store "
-            "is --store or JITGUARD_SHARE (file://, s3://, gs://)."
+            "is --store or JITGUARD_SHARE (file://, s3://, gs://). With JITGUARD_SIGNING_KEY set, what is "
+            "saved is signed; with JITGUARD_TRUSTED_KEYS set, a snapshot not signed by one of those keys is "
+            "refused."
         ),
     )
     actions = parser.add_subparsers(dest="warm_action", metavar="ACTION", parser_class=type(parser))
@@ -42,7 +45,20 @@ def configure(subparsers: Any) -> None:
         sub.add_argument("--layers", help=_LAYERS_HELP + "; comma-separated")
         sub.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
         sub.set_defaults(execute=execute)
-    parser.set_defaults(execute=needs_action(parser, "jitguard warm needs an action: save, restore or show"))
+    keygen = actions.add_parser(
+        "keygen",
+        help="make a key pair that signs what this host saves to the store",
+        description=(
+            "Write a new ed25519 private key to --out (mode 0600; an existing file is never replaced) and print "
+            "its public key line on stdout. Point JITGUARD_SIGNING_KEY at the file on the hosts that save, "
+            "and put the line into JITGUARD_TRUSTED_KEYS on every host that restores."
+        ),
+    )
+    keygen.add_argument("--out", required=True, metavar="PATH", help="where to write the private key")
+    keygen.set_defaults(execute=_keygen)
+    parser.set_defaults(
+        execute=needs_action(parser, "jitguard warm needs an action: save, restore, show or keygen")
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -52,9 +68,13 @@ def execute(args: argparse.Namespace) -> int:
     from jitguard.facts.jit_caches import LAYER_NAMES
     from jitguard.fleet import warm_start
     from jitguard.fleet.artifact_store import describe_url
+    from jitguard.fleet.signing import Trust
     from jitguard.fleet.snapshot import arch_of
 
     settings = Settings.from_env()
+    trust = Trust.from_settings(settings)  # trusted keys that cannot be used: exit 2, never "trust all"
+    if args.warm_action == "save":
+        trust.signer()  # likewise a signing key (mode, owner, format) before anything is uploaded
     changes: dict[str, Any] = {}
     if args.store:
         changes["share_url"] = args.store.strip()
@@ -82,7 +102,7 @@ def execute(args: argparse.Namespace) -> int:
         "layers": [{"name": c.name, "root": str(c.root), "variable": c.variable} for c in caches],
     }
     if args.warm_action == "show":
-        return _show(args, settings, arch, payload)
+        return _show(args, settings, arch, payload, trust)
     if args.warm_action == "save":
         outcome = warm_start.save_now(settings, arch=arch, only_if_new=False, layer_names=names)
     else:
@@ -97,30 +117,37 @@ def execute(args: argparse.Namespace) -> int:
         for cache in caches:
             print(f"  {cache.describe()}")
         print(f"{args.warm_action}: {outcome.action}: {outcome.detail}")
+        if outcome.signature is not None:
+            print(f"signature: {outcome.signature.describe()}")
     if outcome.action == "miss":
         return EXIT_FAILURE
     return EXIT_OK if ok else EXIT_FAILURE
 
 
-def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str, Any]) -> int:
+def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str, Any], trust: Any) -> int:
     from jitguard.fleet.artifact_store import ArtifactStore
+    from jitguard.fleet.signing import SignatureRefused
     from jitguard.fleet.snapshot import SnapshotRejected, stack_key
     from jitguard.fleet.warm import WarmUnavailable, fetch_manifest
 
     stack = stack_key(arch)
     payload["stack"] = dict(stack.material)
+    payload["signing"] = _signing(trust)
     stored: dict[str, Any] | None = None
     problem = None
+    seal = None
     if settings.share_url:
+        store = ArtifactStore(settings.share_url, timeout=settings.share_timeout, trust=trust)
         try:
-            found = fetch_manifest(
-                ArtifactStore(settings.share_url, timeout=settings.share_timeout), stack, settings.warm_name
-            )
+            found = fetch_manifest(store, stack, settings.warm_name)
+        except SignatureRefused as exc:
+            problem, seal = str(exc), exc.seal
         except (WarmUnavailable, SnapshotRejected) as exc:
             problem = str(exc)
         else:
             if found is not None:
                 snapshot = found[0]
+                seal = snapshot.signature
                 stored = {
                     "files": len(snapshot.files),
                     "bytes": snapshot.bytes,
@@ -130,6 +157,7 @@ def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str,
                 }
     payload["snapshot"] = stored
     payload["problem"] = problem
+    payload["signature"] = seal.to_json() if seal is not None else None
     if args.json:
         from jitguard.cli.envelope import dumps
 
@@ -150,7 +178,56 @@ def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str,
             print(f"store: no snapshot {settings.warm_name!r} for this stack yet")
         else:
             print("store: none configured (--store URL or JITGUARD_SHARE)")
+        if seal is not None:
+            print(f"signature: {seal.describe()}")
+        print(f"this host: {_describe_signing(payload['signing'])}")
     return EXIT_FAILURE if problem else EXIT_OK
+
+
+def _signing(trust: Any) -> dict[str, Any]:
+    """How this host signs and which signers it accepts, for ``show`` (key ids only; never a private key)."""
+    from jitguard.fleet.signing import SigningError
+
+    signs_as = problem = None
+    try:
+        signer = trust.signer()
+    except SigningError as exc:
+        problem = str(exc)
+    else:
+        signs_as = signer.public.line if signer is not None else None
+    return {"signs_as": signs_as, "signing_problem": problem, "trusted_signers": list(trust.trusted_ids)}
+
+
+def _describe_signing(signing: dict[str, Any]) -> str:
+    if signing["signs_as"]:
+        signs = f"signs what it saves as {signing['signs_as']} (JITGUARD_SIGNING_KEY)"
+    elif signing["signing_problem"]:
+        signs = f"cannot sign: {signing['signing_problem']}"
+    else:
+        signs = "saves unsigned (no JITGUARD_SIGNING_KEY)"
+    trusted = signing["trusted_signers"]
+    if trusted:
+        accepts = f"accepts only snapshots signed by {', '.join(trusted)} (JITGUARD_TRUSTED_KEYS)"
+    else:
+        accepts = "accepts any snapshot, signed or not (no JITGUARD_TRUSTED_KEYS: see docs/fleet.md)"
+    return f"{signs}; {accepts}"
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from jitguard.fleet.signing import generate
+
+    public = generate(Path(args.out))
+    print(public.line)  # stdout holds only the line: PUBLIC=$(jitguard warm keygen --out ...)
+    sys.stderr.write(
+        f"jitguard: wrote the private key {Path(args.out).expanduser()} (mode 0600; keep it on the hosts that "
+        "save, and nowhere else).\n"
+        "  On the hosts that save: point JITGUARD_SIGNING_KEY at that file.\n"
+        f"  On every host that restores: put the line above (key {public.key_id}) into JITGUARD_TRUSTED_KEYS.\n"
+    )
+    return EXIT_OK
 
 
 def _layers(text: str | None, known: tuple[str, ...]) -> tuple[str, ...]:

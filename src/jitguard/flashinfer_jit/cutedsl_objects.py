@@ -58,9 +58,15 @@ def _is_tvm_ffi(compiled: Any) -> bool:
 def _share(settings: Settings, key: KernelKey) -> Any:
     from jitguard.fleet.artifact_store import ArtifactKey
     from jitguard.fleet.module_share import Share
+    from jitguard.fleet.signing import Trust
 
+    # Signed and checked as every store document (fleet.signing): a kernel from an untrusted publisher is a
+    # refusal, one warning, and a compile here.
     return Share(
-        settings.share_url or "", ArtifactKey(SHARED_MODULE, key.digest, "object"), settings.share_timeout
+        settings.share_url or "",
+        ArtifactKey(SHARED_MODULE, key.digest, "object"),
+        settings.share_timeout,
+        Trust.from_settings(settings),
     )
 
 

@@ -169,9 +169,10 @@ def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
     from jitguard.facts.build_identity import of_facts
     from jitguard.fleet.artifact_store import ArtifactKey
     from jitguard.fleet.module_share import Share, spec_variant
+    from jitguard.fleet.signing import Trust
 
     key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
-    return Share(url, key, settings.share_timeout)
+    return Share(url, key, settings.share_timeout, Trust.from_settings(settings))
 
 
 def _fetched_here(

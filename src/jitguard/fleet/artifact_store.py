@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from jitguard import __version__, fileio
 from jitguard.fleet.store import (
@@ -60,6 +60,9 @@ MAX_FILE_BYTES = 16 * 1024**3
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_.+-]{1,120}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+if TYPE_CHECKING:
+    from jitguard.fleet.signing import Seal, Trust
 
 T = TypeVar("T")
 
@@ -164,6 +167,7 @@ class Fetched:
     paths: tuple[Path, ...]
     bytes: int
     seconds: float
+    seal: Seal | None = None  # who signed the manifest (fleet.signing)
 
 
 def _safe(module: str) -> str:
@@ -175,14 +179,19 @@ def _safe(module: str) -> str:
 
 class ArtifactStore:
     """A store at ``url``; every call runs under ``timeout`` seconds, and none past ``deadline`` (a
-    ``time.monotonic()`` value: one bound for a whole restore, however many calls it makes)."""
+    ``time.monotonic()`` value: one bound for a whole restore, however many calls it makes). ``trust`` signs
+    the manifests published and checks the ones fetched (``fleet.signing``); None: the one
+    JITGUARD_SIGNING_KEY and JITGUARD_TRUSTED_KEYS set, read when first needed."""
 
-    def __init__(self, url: str, *, timeout: float = 120.0, deadline: float | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 120.0, deadline: float | None = None, trust: Trust | None = None
+    ) -> None:
         if not url or not url.strip():
             raise ValueError("an artifact store needs a URL")
         self.url = url.strip()
         self.timeout = timeout
         self.deadline = deadline
+        self._trust = trust
         self._fs: Any = None
         self._root = ""
         self._base = ""
@@ -192,6 +201,15 @@ class ArtifactStore:
 
     # -- public ---------------------------------------------------------------------------------------------
 
+    @property
+    def trust(self) -> Trust:
+        """How manifests are signed and checked. Raises SigningError for trusted keys that cannot be used."""
+        if self._trust is None:
+            from jitguard.fleet.signing import Trust
+
+            self._trust = Trust.from_env()
+        return self._trust
+
     def publish(
         self, key: ArtifactKey, files: Mapping[str, Path], extra: Mapping[str, Any] | None = None
     ) -> Manifest:
@@ -199,6 +217,7 @@ class ArtifactStore:
         host's own (``fileio.PUBLISHED``), and uploaded as it was hashed. Raises StoreUnavailable, or OSError
         (``fileio.FileRefused``) for a file that may not be published."""
         entries = []
+        self.trust.signer()  # a signing key that cannot be used fails the publish before any upload
         with contextlib.ExitStack() as stack:
             for name, path in files.items():
                 if not fileio.is_plain_name(name):
@@ -229,7 +248,8 @@ class ArtifactStore:
                 if not view.has_blob(entry.sha256, entry.size):
                     view.put_blob(content, entry.sha256)
             body = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
-            view.write_document(f"modules/{key.manifest_name}", body)
+            name = f"modules/{key.manifest_name}"
+            view.write_document(name, self.trust.seal(name, body))
             return manifest
 
         return self.session("publish to", upload)
@@ -240,13 +260,16 @@ class ArtifactStore:
         such key. Raises StoreUnavailable or ArtifactRejected (then nothing was installed)."""
         destination = Path(destination)
         started = time.monotonic()
+        trust = self.trust
 
         def download(view: StoreView) -> Fetched | None:
-            raw = view.read_document(f"modules/{key.manifest_name}", MAX_MANIFEST_BYTES)
+            name = f"modules/{key.manifest_name}"
+            raw = view.read_document(name, MAX_MANIFEST_BYTES)
             if raw is None:
                 return None
+            body, seal = trust.open(name, raw)  # SignatureRefused: not signed by a key this host trusts
             try:
-                data = json.loads(raw)
+                data = json.loads(body)
             except ValueError as exc:
                 raise ArtifactRejected(f"the manifest is not JSON: {exc}") from None
             manifest = Manifest.from_json(data, key)
@@ -266,7 +289,9 @@ class ArtifactStore:
                     with contextlib.suppress(OSError):
                         tmp.unlink()
             total = sum(f.size for f in manifest.files)
-            return Fetched(manifest, tuple(final for _, final in staged), total, time.monotonic() - started)
+            return Fetched(
+                manifest, tuple(final for _, final in staged), total, time.monotonic() - started, seal
+            )
 
         return self.session("fetch from", download)
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitguard.fleet.artifact_store import (
     ArtifactKey,
@@ -40,6 +40,9 @@ from jitguard.fleet.artifact_store import (
     StoreUnavailable,
     describe_url,
 )
+
+if TYPE_CHECKING:
+    from jitguard.fleet.signing import Trust
 
 log = logging.getLogger("jitguard.share")
 
@@ -52,7 +55,8 @@ _down: dict[str, tuple[float, str]] = {}  # store URL -> (until, why), per proce
 @dataclass(frozen=True)
 class ShareOutcome:
     """What the store did for one build: ``operation`` fetch | publish; ``action`` fetched | published |
-    miss | skipped (the store failed earlier in this process) | failed."""
+    miss | skipped (the store failed earlier in this process) | refused (not signed by a key this host
+    trusts: ``fleet.signing``) | failed."""
 
     operation: str
     action: str
@@ -81,6 +85,10 @@ class Share:
     url: str
     key: ArtifactKey
     timeout: float
+    trust: Trust | None = None  # None: JITGUARD_SIGNING_KEY / JITGUARD_TRUSTED_KEYS (fleet.signing)
+
+    def _store(self) -> ArtifactStore:
+        return ArtifactStore(self.url, timeout=self.timeout, trust=self.trust)
 
     def fetch(self, destination: Path) -> ShareOutcome:
         """Fetch the module into ``destination``. ``action`` is 'fetched' only when every file was verified
@@ -89,7 +97,7 @@ class Share:
         if skipped is not None:
             return skipped
         try:
-            fetched = ArtifactStore(self.url, timeout=self.timeout).fetch(self.key, destination)
+            fetched = self._store().fetch(self.key, destination)
         except (StoreUnavailable, ArtifactRejected) as exc:
             return _failed(self.url, self.key.module, "fetch", exc)
         except Exception as exc:  # a bug of ours is still only a local build
@@ -102,18 +110,20 @@ class Share:
             )
             return ShareOutcome("fetch", "miss", self.url, "not in the store")
         _mark(fetched, self.key)
+        signed = f", {fetched.seal.describe()}" if fetched.seal is not None else ""
         log.info(
-            "jitguard: fetched %s from %s (%d bytes in %.1f s, sha256 verified)",
+            "jitguard: fetched %s from %s (%d bytes in %.1f s, sha256 verified%s)",
             self.key.module,
             describe_url(self.url),
             fetched.bytes,
             fetched.seconds,
+            signed,
         )
         return ShareOutcome(
             "fetch",
             "fetched",
             self.url,
-            f"published by {fetched.manifest.publisher or 'an unknown host'}",
+            f"published by {fetched.manifest.publisher or 'an unknown host'}{signed}",
             tuple(p.name for p in fetched.paths),
             fetched.bytes,
             fetched.seconds,
@@ -125,7 +135,7 @@ class Share:
             return skipped
         started = time.monotonic()
         try:
-            manifest = ArtifactStore(self.url, timeout=self.timeout).publish(self.key, files, extra)
+            manifest = self._store().publish(self.key, files, extra)
         except Exception as exc:  # StoreUnavailable, or anything the backend raised
             return _failed(self.url, self.key.module, "publish", exc)
         size = sum(f.size for f in manifest.files)
@@ -149,8 +159,21 @@ def _skip(url: str, operation: str) -> ShareOutcome | None:
 
 
 def _failed(url: str, module: str, what: str, exc: BaseException) -> ShareOutcome:
+    from jitguard.fleet.signing import SignatureRefused, SigningError
+
     reason = str(exc) or type(exc).__name__
-    if isinstance(exc, ArtifactRejected):
+    if isinstance(exc, SignatureRefused):
+        log.warning(
+            "jitguard: refused the manifest the store %s holds for %s: %s; building it here instead",
+            describe_url(url),
+            module,
+            reason,
+        )
+        return ShareOutcome(what, "refused", url, reason)
+    action = "building it here" if what == "fetch" else "the build itself is kept"
+    if isinstance(exc, SigningError):  # this host's keys, not the store: the store stays in use
+        log.warning("jitguard: cannot %s %s through the store: %s; %s", what, module, reason, action)
+    elif isinstance(exc, ArtifactRejected):
         log.warning(
             "jitguard: refused what the store %s holds for %s: %s; building it here instead",
             describe_url(url),
@@ -159,7 +182,6 @@ def _failed(url: str, module: str, what: str, exc: BaseException) -> ShareOutcom
         )
     else:
         _down[url] = (time.monotonic() + _DOWN_FOR_S, reason)
-        action = "building it here" if what == "fetch" else "the build itself is kept"
         log.warning("jitguard: cannot %s %s through the store: %s; %s", what, module, reason, action)
     return ShareOutcome(what, "failed", url, reason)
 

@@ -30,10 +30,13 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from jitguard import fileio
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer
+
+if TYPE_CHECKING:
+    from jitguard.fleet.signing import Seal
 
 SCHEMA = "jitguard.warm-snapshot/1"
 # A manifest entry is ~150 bytes of JSON: 100,000 files fit in 16 MiB, and a larger document is refused before
@@ -147,6 +150,7 @@ class Snapshot:
     publisher: str = ""
     jitguard_version: str = ""
     skipped: Mapping[str, int] = field(default_factory=dict)  # why -> how many files were left out
+    signature: Seal | None = None  # who signed the manifest it was read from (fleet.signing)
 
     @property
     def bytes(self) -> int:

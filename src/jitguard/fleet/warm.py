@@ -27,13 +27,14 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from jitguard import __version__, fileio
 from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactRejected, ArtifactStore, StoreUnavailable, StoreView
+from jitguard.fleet.signing import SignatureRefused
 from jitguard.fleet.snapshot import (
     MAX_MANIFEST_BYTES,
     TRITON_GROUP,
@@ -108,6 +109,7 @@ def save(store: ArtifactStore, stack: StackKey, name: str, layers: tuple[CacheLa
     read. Raises WarmUnavailable, or NothingToSave when no file qualifies."""
     started = time.monotonic()
     left_out = LeftOut()
+    store.trust.signer()  # a signing key that cannot be used fails the save before any upload
 
     def upload(view: StoreView) -> tuple[Snapshot, int, int]:
         count = size = 0
@@ -142,7 +144,8 @@ def save(store: ArtifactStore, stack: StackKey, name: str, layers: tuple[CacheLa
             skipped=dict(left_out.counts),
         )
         body = json.dumps(snapshot.to_json(), sort_keys=True, separators=(",", ":")).encode()
-        view.write_document(manifest_name(stack, name), body)
+        document = manifest_name(stack, name)
+        view.write_document(document, store.trust.seal(document, body))  # signed: fleet.signing
         return snapshot, count, size
 
     try:
@@ -153,8 +156,9 @@ def save(store: ArtifactStore, stack: StackKey, name: str, layers: tuple[CacheLa
 
 
 def fetch_manifest(store: ArtifactStore, stack: StackKey, name: str) -> tuple[Snapshot, str] | None:
-    """The snapshot ``name`` for this stack and its manifest's sha256, None when the store has none. Raises
-    WarmUnavailable or SnapshotRejected."""
+    """The snapshot ``name`` for this stack and its manifest's sha256, None when the store has none; its
+    ``signature`` says who signed it. Raises WarmUnavailable, SnapshotRejected or SignatureRefused (not
+    signed by a key this host trusts: ``fleet.signing``)."""
 
     def read(view: StoreView) -> bytes | None:
         return view.read_document(manifest_name(stack, name), MAX_MANIFEST_BYTES)
@@ -166,10 +170,17 @@ def fetch_manifest(store: ArtifactStore, stack: StackKey, name: str) -> tuple[Sn
     if raw is None:
         return None
     try:
-        data = json.loads(raw)
+        body, seal = store.trust.open(manifest_name(stack, name), raw)
+    except SignatureRefused:
+        raise
+    except ArtifactRejected as exc:  # a signed document that is damaged
+        raise SnapshotRejected(str(exc)) from None
+    try:
+        data = json.loads(body)
     except (ValueError, RecursionError):
         raise SnapshotRejected("the manifest is not JSON (truncated or damaged)") from None
-    return Snapshot.from_json(data, stack, name), hashlib.sha256(raw).hexdigest()
+    snapshot = replace(Snapshot.from_json(data, stack, name), signature=seal)
+    return snapshot, hashlib.sha256(raw).hexdigest()
 
 
 def restore(

@@ -29,6 +29,7 @@ from jitguard.config import Settings, format_bytes
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
+from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
 from jitguard.fleet.warm import (
     NothingToSave,
@@ -56,13 +57,15 @@ _lock = threading.Lock()
 class Outcome:
     """What one warm operation did: ``action`` restored | partial (some files did not land: integrity
     events, refusals, a full disk; said in ``detail``) | present (the marker says so) | saved | unchanged |
-    miss (no snapshot for this stack) | skipped (why in ``detail``) | failed."""
+    miss (no snapshot for this stack) | skipped (why in ``detail``) | refused (not signed by a key this host
+    trusts; ``signature`` says how) | failed."""
 
     action: str
     detail: str = ""
     restored: Restored | None = None
     saved: Saved | None = None
     waited: float = 0.0
+    signature: Seal | None = None  # the store's manifest's, where one was read
 
 
 def host_arch(settings: Settings) -> str | None:
@@ -139,6 +142,8 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         "detail": outcome.detail,
         "waited_s": round(outcome.waited, 3),
     }
+    if outcome.signature is not None:
+        data["signature"] = outcome.signature.to_json()
     if outcome.restored is not None:
         r = outcome.restored
         data["restored"] = {
@@ -171,7 +176,12 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
     ensure_visible_logging()
     deadline = time.monotonic() + settings.share_timeout
     name = settings.warm_name
-    store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout, deadline=deadline)
+    store = ArtifactStore(
+        settings.share_url or "",
+        timeout=settings.share_timeout,
+        deadline=deadline,
+        trust=Trust.from_settings(settings),
+    )
     lock = ModuleLock(
         lock_dir(settings.cache_dir, "locks") / f"warm-{_key_text(stack, name)}.lock",
         f"warm snapshot {name!r} ({stack.arch})",
@@ -190,6 +200,13 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
     try:
         try:
             found = fetch_manifest(store, stack, name)
+        except SignatureRefused as exc:
+            log.warning(
+                "jitguard: refused the warm snapshot in %s: %s; the engine compiles as without jitguard",
+                describe_url(store.url),
+                exc,
+            )
+            return Outcome("refused", str(exc), waited=lock.waited, signature=exc.seal)
         except (WarmUnavailable, SnapshotRejected) as exc:
             log.warning(
                 "jitguard: the warm snapshot in %s cannot be used (%s); the engine compiles as without jitguard",
@@ -208,18 +225,22 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
         caches = engine_layers(settings, tuple(snapshot.roots))
         marker = _marker(settings, stack, name)
         seen = fileio.read_json(marker, root=settings.cache_dir)
+        signed = snapshot.signature
         if seen is not None and seen.get("manifest_sha256") == manifest_sha:
             gone = _first_missing(snapshot, caches)
             if gone is None:
-                return Outcome("present", "restored on this host already", waited=lock.waited)
+                return Outcome(
+                    "present", "restored on this host already", waited=lock.waited, signature=signed
+                )
             log.info("jitguard: the warm snapshot was restored here, but %s is gone: restoring again", gone)
         log.info(
-            "jitguard: restoring the warm snapshot %r from %s: %d files, %s, saved by %s",
+            "jitguard: restoring the warm snapshot %r from %s: %d files, %s, saved by %s, %s",
             name,
             describe_url(store.url),
             len(snapshot.files),
             format_bytes(snapshot.bytes),
             snapshot.publisher or "an unknown host",
+            signed.describe() if signed is not None else "unsigned",
         )
         try:
             restored = restore(store, snapshot, caches, progress=_progress_to(lock))
@@ -229,11 +250,11 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
                 "compiles as without jitguard",
                 exc,
             )
-            return Outcome("failed", str(exc), waited=lock.waited)
+            return Outcome("failed", str(exc), waited=lock.waited, signature=signed)
         text = describe_restored(restored)
         if not restored.complete:
             log.warning("jitguard: %s", text)
-            return Outcome("partial", text, restored=restored, waited=lock.waited)
+            return Outcome("partial", text, restored=restored, waited=lock.waited, signature=signed)
         fileio.write_json(
             marker,
             {
@@ -247,7 +268,7 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
             root=settings.cache_dir,
         )
         log.info("jitguard: %s", text)
-        return Outcome("restored", text, restored=restored, waited=lock.waited)
+        return Outcome("restored", text, restored=restored, waited=lock.waited, signature=signed)
     finally:
         lock.release()
 
@@ -306,13 +327,18 @@ def save_now(
         stack = _this_stack(settings, arch)
         if isinstance(stack, Outcome):
             return stack
-        store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout)
+        trust = Trust.from_settings(settings)
+        signer = trust.signer()  # a key that cannot be used stops the save before any upload
+        store = ArtifactStore(settings.share_url or "", timeout=settings.share_timeout, trust=trust)
         chosen = engine_layers(settings, layer_names or ENGINE_LAYERS.get(engine, LAYER_NAMES))
         if only_if_new:
             try:
                 found = fetch_manifest(store, stack, settings.warm_name)
-            except SnapshotRejected:
-                found = None  # a damaged manifest is replaced
+            except (SnapshotRejected, SignatureRefused):
+                found = None  # a damaged manifest, or one this host does not trust, is replaced
+            signature = found[0].signature if found is not None else None
+            if signer is not None and (signature is None or signature.signer != signer.public.key_id):
+                found = None  # this host signs: a manifest it did not sign is replaced by a signed one
             if found is not None:
                 stored = {(f.layer, f.path, f.size) for f in found[0].files}
                 if listing(chosen) <= stored:
@@ -321,14 +347,15 @@ def save_now(
     except NothingToSave as exc:
         log.warning("jitguard: the warm snapshot was not saved: %s", exc)
         return Outcome("failed", str(exc))
-    except (WarmUnavailable, OSError) as exc:
+    except (WarmUnavailable, SigningError, OSError) as exc:
         log.warning("jitguard: the warm snapshot was not saved: %s", exc)
         return Outcome("failed", str(exc))
     except Exception as exc:
         log.warning("jitguard: the warm snapshot was not saved: %s: %s", type(exc).__name__, exc)
         return Outcome("failed", f"{type(exc).__name__}: {exc}")
-    log.info("jitguard: %s", describe_saved(saved, store.url))
-    return Outcome("saved", describe_saved(saved, store.url), saved=saved)
+    signed = f", signed by key {signer.public.key_id}" if signer is not None else ", unsigned"
+    log.info("jitguard: %s%s", describe_saved(saved, store.url), signed)
+    return Outcome("saved", describe_saved(saved, store.url) + signed, saved=saved)
 
 
 def describe_saved(saved: Saved, url: str) -> str:

@@ -30,10 +30,12 @@ EXPECTED: dict[tuple[str, ...], tuple[tuple[str, ...], int]] = {
     ("cache", "clear"): (("--yes",), 0),
     ("gdn", "run"): (("--repeat", "0"), 1),  # the named backend cannot run
     ("gdn", "explain"): ((), 1),  # no backend can run the call
-    # warm: 1 when nothing was restored (no snapshot for this stack in the store), 0 when saved or shown
+    # warm: 1 when nothing was restored (no snapshot for this stack in the store) or nothing could be saved (an
+    # empty cache: a save of 0 files is an error that says why), 0 when shown
     ("warm", "restore"): (("--arch", "9.0", "--store", "file://{project}"), 1),
-    ("warm", "save"): (("--arch", "9.0", "--store", "file://{project}", "--layers", "jitguard"), 0),
+    ("warm", "save"): (("--arch", "9.0", "--store", "file://{project}", "--layers", "jitguard"), 1),
     ("warm", "show"): (("--arch", "9.0"), 0),
+    ("warm", "keygen"): (("--out", "{project}/signing.key"), 0),  # a new file; an existing one: 2
 }
 
 

@@ -2,7 +2,7 @@
 so a cause diagnosed before a build and after it carries the same code and fix.
 
 Entries live in one module per area (``toolchain``, ``system``, ``flashinfer``, ``build``, ``gdn``, ``engine``,
-``jitguard``, ``triton``); this module joins them and refuses duplicates.
+``jitguard``, ``triton``, ``signing``); this module joins them and refuses duplicates.
 """
 
 from __future__ import annotations
