@@ -27,6 +27,7 @@ from fault_makers import (
     jitguard,
     need_root,
     on_tmpfs,
+    tiny_project,
 )
 from jitguard import fileio
 from jitguard.facts.jit_caches import CacheLayer
@@ -408,6 +409,11 @@ def test_a_planted_secret_reaches_no_output_of_any_store_command(tmp_path: Path)
             outputs.append(proc.stdout + proc.stderr)
     proc = jitguard(["doctor", "--json"], env, timeout=300)
     outputs.append(proc.stdout + proc.stderr)
+    project = tiny_project(tmp_path / "project")
+    for extra in ([], ["--json"]):
+        proc = jitguard(["build", "ninja", str(project), "--publish", url, *extra], env, timeout=300)
+        assert_no_traceback(proc)
+        outputs.append(proc.stdout + proc.stderr)
     for text in outputs:
         for secret in (secret_key, password, "deadbeefcafe1234", "AKIAIOSFODNN7EXAMPLE", "ss:w@rd"):
             assert secret not in text, text

@@ -96,3 +96,68 @@ def test_an_endpoint_that_never_answers_is_given_up_on_in_time(
             ArtifactStore("s3://fleet-bucket/jitguard", timeout=3).fetch(KEY, tmp_path / "host-b")
         assert time.monotonic() - started < 10
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_ten_restorers_on_a_hung_store_all_give_up_by_the_one_deadline(tmp_path: Path, s3_env: None) -> None:
+    """One deadline (JITGUARD_SHARE_TIMEOUT) bounds a whole restore on a host, lock wait included: the nine that
+    wait for the first restorer's lock do not wait longer than the first one's store."""
+    import os
+    import subprocess
+    import sys
+
+    with services.silent_server() as port:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "JITGUARD_CACHE_DIR": str(tmp_path / "jitguard"),
+            "JITGUARD_SHARE": "s3://fleet-bucket/jitguard",
+            "JITGUARD_SHARE_TIMEOUT": "6",
+            "VLLM_CACHE_ROOT": str(tmp_path / "vllm"),
+        }
+        args = [sys.executable, "-m", "jitguard", "warm", "restore", "--arch", "9.0", "--layers", "vllm"]
+        started = time.monotonic()
+        procs = [
+            subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(10)
+        ]
+        outputs = [p.communicate(timeout=180) for p in procs]
+        slowest = time.monotonic() - started
+    assert [p.returncode for p in procs] == [1] * 10
+    for out, err in outputs:
+        assert "Traceback" not in err, err
+        assert "did not answer within" in out or "waited" in out or "lock" in out, out + err
+    # Ten restorers one after another would take 10 x 6 s; under one deadline each gives up by its own 6 s
+    # (plus process start and import on a busy machine).
+    assert slowest < 6 * 4, slowest
+
+
+def test_the_plugins_save_never_delays_the_engines_exit(tmp_path: Path, s3_env: None) -> None:
+    """A save to a store that never answers runs in a daemon thread: the process exits when its work is done."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "vllm" / "torch_compile_cache"
+    cache.mkdir(parents=True)
+    (cache / "a.py").write_text("x = 1\n")
+    code = (
+        "from jitguard.config import Settings; from jitguard.fleet.warm_start import save_when_ready; "
+        "thread = save_when_ready(Settings.from_env()); assert thread is not None and thread.daemon; "
+        "print('engine done', flush=True)"
+    )
+    with services.silent_server() as port:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "JITGUARD_CACHE_DIR": str(tmp_path / "jitguard"),
+            "JITGUARD_SHARE": "s3://fleet-bucket/jitguard",
+            "JITGUARD_SHARE_PUBLISH": "1",
+            "JITGUARD_SHARE_TIMEOUT": "600",
+            "JITGUARD_WARM_ARCH": "9.0",
+            "VLLM_CACHE_ROOT": str(tmp_path / "vllm"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 0, done.stderr
+    assert "engine done" in done.stdout
