@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,10 +177,7 @@ class StateUnwritable(JitguardError):
 
 def _owner_of(path: Path) -> str:
     """' (<dir> is owned by uid N)' for the path or its nearest existing parent, when that is not us."""
-    for candidate in (path, *path.parents):
-        try:
-            uid = candidate.stat().st_uid
-        except OSError:
-            continue
-        return f" ({candidate} is owned by uid {uid})" if uid != os.geteuid() else ""
-    return ""
+    from jitguard.fileio import foreign_owner  # fileio is ground floor too; errors is imported by it nowhere
+
+    found = foreign_owner(path)
+    return f" ({found[0]} is owned by uid {found[1]})" if found else ""

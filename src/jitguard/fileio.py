@@ -29,6 +29,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeGuard
 
 from jitguard.redaction import redact_bytes, redact_tree
 
@@ -106,21 +107,31 @@ def untrusted_reasons(st: os.stat_result) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Policy:
-    """A named trust rule for a directory or file: who may own it and whether a sticky bit makes a directory
-    others can write safe enough (``others_can_write``)."""
+    """A named trust rule for a directory or file: who may own it, whether a sticky bit makes a directory
+    others can write safe enough (``others_can_write``), and with ``private`` whether others may read it."""
 
     name: str
     sticky_protects: bool
     root_is_trusted: bool
+    private: bool = False
 
     def reasons(self, st: os.stat_result) -> tuple[str, ...]:
-        return others_can_write(
+        found = others_can_write(
             st.st_mode,
             st.st_uid,
             st.st_gid,
             sticky_protects=self.sticky_protects,
             root_is_trusted=self.root_is_trusted,
         )
+        if self.private and st.st_mode & 0o077:
+            found += (f"readable by others (mode {stat.S_IMODE(st.st_mode):04o})",)
+        return found
+
+    def owner_reason(self, st: os.stat_result) -> str | None:
+        """Why the owner alone is refused (another user), None when the owner is fine."""
+        if st.st_uid == os.geteuid() or (self.root_is_trusted and st.st_uid == 0):
+            return None
+        return f"owned by another user (uid {st.st_uid})"
 
 
 OWN_STATE = Policy("jitguard's own state", sticky_protects=False, root_is_trusted=False)
@@ -128,23 +139,84 @@ OWN_STATE = Policy("jitguard's own state", sticky_protects=False, root_is_truste
 PUBLISHED = Policy("a cache this host publishes", sticky_protects=False, root_is_trusted=True)
 # The directories above a cache root, or a directory an engine loads from: a sticky /tmp is safe enough.
 LOADED = Policy("a directory an engine loads from", sticky_protects=True, root_is_trusted=True)
+# A private key (ssh's rule for an identity file): this user's alone, readable by no one else.
+PRIVATE_KEY = Policy("a private key", sticky_protects=False, root_is_trusted=False, private=True)
 
 
-def is_sha256(text: object) -> bool:
+def open_nofollow(
+    path: str | Path, flags: int, mode: int = PRIVATE_FILE_MODE, *, dir_fd: int | None = None
+) -> int:
+    """``os.open`` that never follows a link at ``path`` itself (ELOOP) and is not inherited by children."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading as a regular file, never through a link and never blocking on a FIFO;
+    FileNotFoundError for anything else (missing, a link, a pipe, a device): for places jitguard reads but
+    does not own, such as a ``file://`` store."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            raise FileNotFoundError(str(path)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def is_regular(path: str | Path, *, own: bool = False) -> bool:
+    """``path`` itself (not a link's target) is a regular file, with ``own`` one of this user's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (not own or st.st_uid == os.geteuid())
+
+
+def owner_and_mode(st: os.stat_result) -> tuple[int, str]:
+    """Who owns what ``st`` describes, and its permission bits as ``0755``: for reports."""
+    return st.st_uid, f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def foreign_owner(path: Path) -> tuple[Path, int] | None:
+    """The nearest existing of ``path`` and its parents, with its owner, when another user owns it."""
+    for candidate in (path, *path.parents):
+        try:
+            uid = candidate.stat().st_uid
+        except OSError:
+            continue
+        return (candidate, uid) if uid != os.geteuid() else None
+    return None
+
+
+def is_sha256(text: object) -> TypeGuard[str]:
     """``text`` is a lower-case hex SHA-256 digest."""
     return isinstance(text, str) and SHA256_HEX.fullmatch(text) is not None
 
 
-def is_plain_name(name: object) -> bool:
+def is_plain_name(name: object) -> TypeGuard[str]:
     """One plain path component: letters, digits and ``_.,+=@~-``, no '..', no leading '-', no newline."""
     return isinstance(name, str) and _NAME_PART.fullmatch(name) is not None and name not in (".", "..")
 
 
-def is_safe_relative(path: object) -> bool:
+def is_safe_relative(path: object) -> TypeGuard[str]:
     """A '/'-separated relative path of plain names (``is_plain_name``): never absolute, never climbing out."""
     if not isinstance(path, str) or not path or len(path) > 4096:
         return False
     return all(is_plain_name(part) for part in path.split("/"))
+
+
+def is_time(value: object) -> TypeGuard[int | float]:
+    """A time a manifest may give: a finite number of seconds since the epoch within this millennium (a
+    400-digit integer would overflow ``float``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int) and abs(value) > 10**12:
+        return False
+    return math.isfinite(value) and 0 <= value < 32503680000
 
 
 def sha256_stream(source: BinaryIO | int) -> tuple[str, int]:

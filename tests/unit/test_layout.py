@@ -128,3 +128,42 @@ def test_type_checking_imports_are_not_arrows(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jitguard.cli import main\n"
     )
     assert backward_imports(tmp_path / "jitguard") == []
+
+
+# The file checks that decide trust, written once (docs/design.md "Rooms": fileio.py): a module that opens
+# without following a link, compares an owner or looks at a link itself does it through fileio.
+TRUST_CHECKS = frozenset({"O_NOFOLLOW", "st_uid", "lstat"})
+
+
+def trust_checks_outside_fileio(package_dir: Path = PACKAGE) -> list[str]:
+    problems = []
+    for path in sorted(package_dir.rglob("*.py")):
+        if path.relative_to(package_dir) == Path("fileio.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else None
+            )
+            if name in TRUST_CHECKS:
+                problems.append(
+                    f"{path.relative_to(package_dir)}:{node.lineno}: {name} (use jitguard.fileio)"
+                )
+    return problems
+
+
+def test_every_trust_check_goes_through_fileio() -> None:
+    assert trust_checks_outside_fileio() == []
+
+
+def test_the_trust_walker_sees_a_check_of_its_own(tmp_path: Path) -> None:
+    fake = tmp_path / "jitguard" / "fleet"
+    fake.mkdir(parents=True)
+    (fake / "x.py").write_text("import os\n\ndef f(p):\n    return os.lstat(p).st_uid\n")
+    assert trust_checks_outside_fileio(tmp_path / "jitguard") == [
+        "fleet/x.py:4: st_uid (use jitguard.fileio)",
+        "fleet/x.py:4: lstat (use jitguard.fileio)",
+    ]

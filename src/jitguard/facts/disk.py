@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitguard.fileio import others_can_write, untrusted_reasons
+from jitguard.fileio import LOADED, owner_and_mode, untrusted_reasons
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,8 @@ def probe_path(path: Path) -> PathFacts:
     untrusted: tuple[str, ...] = ()
     try:
         st = existing.stat()
-        owner, mode = st.st_uid, f"{stat.S_IMODE(st.st_mode):04o}"
-        others = others_can_write(st.st_mode, st.st_uid, st.st_gid)
+        owner, mode = owner_and_mode(st)
+        others = LOADED.reasons(st)
         if exists and is_dir:
             untrusted = untrusted_reasons(st)
     except OSError as exc:

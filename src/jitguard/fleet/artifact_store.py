@@ -57,9 +57,7 @@ SCHEMA = "jitguard.artifact/1"
 LAYOUT = "v1"
 MAX_MANIFEST_BYTES = 1024**2
 MAX_FILE_BYTES = 16 * 1024**3
-_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
-_KEY_PART = re.compile(r"^[A-Za-z0-9_.+-]{1,120}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_KEY_PART = re.compile(r"[A-Za-z0-9_.+-]{1,120}")  # fullmatch: no trailing newline slips through
 
 if TYPE_CHECKING:
     from jitguard.fleet.signing import Seal, Trust
@@ -78,7 +76,7 @@ class ArtifactKey:
 
     def __post_init__(self) -> None:
         for part in (self.build_fingerprint, self.variant):
-            if not _KEY_PART.match(part):
+            if not _KEY_PART.fullmatch(part):
                 raise ValueError(f"not a key part: {part!r}")
         if not self.module or "/" in self.module or self.module in (".", ".."):
             raise ValueError(f"not a module name: {self.module!r}")
@@ -138,11 +136,11 @@ class Manifest:
             if not isinstance(entry, dict):
                 raise ArtifactRejected("a file entry of the manifest is not an object")
             name, size, digest = entry.get("name"), entry.get("size"), entry.get("sha256")
-            if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+            if not fileio.is_plain_name(name):
                 raise ArtifactRejected(f"the manifest names a file {name!r} that is not a plain file name")
             if not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
                 raise ArtifactRejected(f"the manifest gives {name} an impossible size {size!r}")
-            if not isinstance(digest, str) or not _SHA256.match(digest):
+            if not fileio.is_sha256(digest):
                 raise ArtifactRejected(f"the manifest gives {name} no SHA-256 digest")
             files.append(ArtifactFile(name, size, digest))
         if len({f.name for f in files}) != len(files):
@@ -152,7 +150,7 @@ class Manifest:
         return cls(
             key=key,
             files=tuple(files),
-            created=float(created) if isinstance(created, (int, float)) else 0.0,
+            created=float(created) if fileio.is_time(created) else 0.0,
             publisher=str(data.get("publisher", "")),
             jitguard_version=str(data.get("jitguard", "")),
             extra=extra if isinstance(extra, dict) else {},

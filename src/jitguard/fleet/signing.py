@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard import fileio
 from jitguard.errors import UsageError
 from jitguard.fleet.store import ArtifactRejected
 
@@ -287,7 +288,7 @@ def generate(path: Path) -> PublicKey:
     path = path.expanduser()
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = fileio.open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise SigningError(
             f"{path} exists already; a key is never overwritten (signatures made with it would no longer "
@@ -315,15 +316,17 @@ def load_signer(path: Path) -> Signer:
 
     data, st = _read_small(path, "JITGUARD_SIGNING_KEY")
     shown = f"The signing key {path} (JITGUARD_SIGNING_KEY)"
-    if st.st_uid != os.geteuid():
+    foreign = fileio.PRIVATE_KEY.owner_reason(st)
+    if foreign:
         raise SigningError(
-            f"{shown} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): a signing key must "
-            f"be your own. Make your own: {GENERATE_HINT} (or have root give it to you: chown <you> {path})"
+            f"{shown} is {foreign}, not this user's (uid {os.geteuid()}): a signing key must be your own. Make "
+            f"your own: {GENERATE_HINT} (or have root give it to you: chown <you> {path})"
         )
-    if st.st_mode & 0o077:
+    reasons = fileio.PRIVATE_KEY.reasons(st)
+    if reasons:
         raise SigningError(
-            f"{shown} has mode {stat.S_IMODE(st.st_mode):04o}: others can read it, so it is not used (as ssh "
-            f"refuses such a key). Fix: chmod 600 {path}"
+            f"{shown} is {'; '.join(reasons)}: others can read or change it, so it is not used (as ssh refuses "
+            f"such a key). Fix: chmod 600 {path}"
         )
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -362,11 +365,11 @@ def _keys_from_file(path: Path) -> tuple[PublicKey, ...]:
             f"{source}: neither a public key line ({KEY_TYPE}:...) nor an absolute path of a file of them"
         )
     data, st = _read_small(path, "JITGUARD_TRUSTED_KEYS")
-    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+    reasons = fileio.PUBLISHED.reasons(st)
+    if reasons:
         raise SigningError(
-            f"{source} can be changed by another user (owner uid {st.st_uid}, mode "
-            f"{stat.S_IMODE(st.st_mode):04o}): anyone who can write it could add their own key. Fix: "
-            f"chown $(id -u) {path} && chmod go-w {path}"
+            f"{source} can be changed by another user ({'; '.join(reasons)}): anyone who can write it could add "
+            f"their own key. Fix: chown $(id -u) {path} && chmod go-w {path}"
         )
     keys: list[PublicKey] = []
     for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import re
@@ -208,7 +207,7 @@ class Snapshot:
                 if len(files) > MAX_FILES:
                     raise SnapshotRejected(f"the manifest lists more than {MAX_FILES} files")
         created = data.get("created")
-        if created is not None and not _is_time(created):
+        if created is not None and not fileio.is_time(created):
             raise SnapshotRejected(f"the manifest gives an impossible creation time {str(created)[:40]!r}")
         return cls(
             stack=expected,
@@ -254,15 +253,6 @@ def _file_from_json(layer_name: str, raw: Any) -> SnapshotFile:
             f"the manifest asks to relocate {path} as {relocate!r}, which jitguard does not know"
         )
     return SnapshotFile(layer_name, str(path), size, str(digest), mode, relocate)
-
-
-def _is_time(value: Any) -> bool:
-    """A creation time a manifest may give: a finite number of seconds within this millennium."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if isinstance(value, int) and abs(value) > 10**12:
-        return False  # float() of a 400-digit integer overflows
-    return math.isfinite(value) and 0 <= value < 32503680000
 
 
 # -- scanning ---------------------------------------------------------------------------------------------

@@ -10,11 +10,9 @@ atomic). Every call checks the session's cancel flag, so a session given up on s
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -122,7 +120,7 @@ class StoreView:
             raise ArtifactRejected(f"{name} is {size} bytes, more than it can be ({limit})")
         try:
             if self.local:
-                with _open_local_blob(path) as handle:
+                with fileio.open_regular(path) as handle:
                     raw = handle.read(limit + 1)
             else:
                 raw = bytes(self.fs.cat_file(path, start=0, end=limit + 1))
@@ -157,7 +155,7 @@ class StoreView:
             # A local store is read as a plain stream: fsspec's local opener seeks to learn the size, which a
             # blob on a pipe or a slow network mount need not allow.
             path = self.blob_path(sha256)
-            source = _open_local_blob(path) if self.local else self.fs.open(path, "rb")
+            source = fileio.open_regular(path) if self.local else self.fs.open(path, "rb")
         except FileNotFoundError:
             raise ArtifactRejected(f"the manifest names {label}, but its blob is not in the store") from None
         with source:
@@ -207,23 +205,6 @@ def _document(name: str) -> str:
     if not fileio.is_safe_relative(name):
         raise ValueError(f"not a document name: {name!r}")
     return name
-
-
-def _open_local_blob(path: str) -> BinaryIO:
-    """A ``file://`` store's blob or document opened as a regular file, never through a link or on a FIFO: a
-    link planted in the store must not tell a private file's bytes (or size) to the reader, and a pipe must not
-    hang it. FileNotFoundError otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT or exc.errno == errno.ELOOP:
-            raise FileNotFoundError(path) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise FileNotFoundError(path)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 def _exists(fs: Any, path: str) -> bool:

@@ -333,7 +333,7 @@ def _missing_children(group: bytes) -> list[str]:
     missing = []
     for target in children.values() if isinstance(children, dict) else ():
         try:
-            if not isinstance(target, str) or not os.path.isfile(target) or os.path.islink(target):
+            if not isinstance(target, str) or not fileio.is_regular(target):
                 missing.append(str(target))
         except OSError:
             missing.append(str(target))

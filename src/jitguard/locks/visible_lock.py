@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from jitguard import fileio
 from jitguard.config import format_duration as _duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.fileio import read_json, write_json
@@ -282,7 +283,7 @@ class ModuleLock:
     def _try_lock(self) -> int | None:
         # Never through a link: a dangling one would make us create its target (as root, anywhere).
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            fd = fileio.open_nofollow(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise OSError(

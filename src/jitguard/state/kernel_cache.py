@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ SCHEMA = "jitguard.kernel-cache/1"
 # A CuTeDSL kernel object holds its cubin and host code: ~1-10 MB. Anything far larger is not one of ours.
 MAX_OBJECT_BYTES = 512 * 1024 * 1024
 FORMATS = ("cute-object", "tvm-ffi-object")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _OBJECT_NAME = re.compile(r"[0-9a-f]{64}-[0-9a-f]{16}\.o")
 
 log = logging.getLogger("jitguard.state")
@@ -201,11 +199,7 @@ class KernelCache:
 
 
 def _ours(path: Path) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+    return fileio.is_regular(path, own=True)
 
 
 def _manifest_problem(manifest: Mapping[str, Any], digest: str) -> str:
@@ -223,7 +217,7 @@ def _manifest_problem(manifest: Mapping[str, Any], digest: str) -> str:
     if not isinstance(symbol, str) or not symbol.isidentifier():
         return "manifest symbol is not a C identifier"
     sha = manifest.get("sha256")
-    if not isinstance(sha, str) or not _SHA256.fullmatch(sha) or named != f"{digest}-{sha[:16]}.o":
+    if not isinstance(sha, str) or not fileio.SHA256_HEX.fullmatch(sha) or named != f"{digest}-{sha[:16]}.o":
         return "manifest has no sha256 matching its object"
     size = manifest.get("size")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_OBJECT_BYTES:

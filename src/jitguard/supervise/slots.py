@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard import fileio
 from jitguard.fileio import PRIVATE_DIR_MODE, safe_name
 from jitguard.supervise.keeper import start_time
 
@@ -81,16 +82,15 @@ class Slot:
 
 def _open(path: Path) -> int:
     # Read-only is enough for flock, so processes of other users can share a world-readable directory.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(path, flags | os.O_CREAT, 0o644)
+        return fileio.open_nofollow(path, os.O_RDONLY | os.O_CREAT, 0o644)
     except PermissionError:
-        return os.open(path, flags)
+        return fileio.open_nofollow(path, os.O_RDONLY)
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
     os.unlink(path)  # a link at a slot's name (dangling or not): replace it, never follow it
-    return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    return fileio.open_nofollow(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o644)
 
 
 def try_acquire(directory: Path, count: int) -> Slot | None:

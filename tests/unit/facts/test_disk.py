@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jitguard import fileio
 from jitguard.facts import disk
 
 
@@ -79,7 +80,7 @@ def test_probe_keeps_order_and_finds_entries(tmp_path: Path) -> None:
     ],
 )
 def test_others_can_write_mode_logic(mode: int, uid: int, gid: int, expected: tuple[str, ...]) -> None:
-    assert disk.others_can_write(stat.S_IFDIR | mode, uid, gid, euid=1000, egid=1000) == expected
+    assert fileio.others_can_write(stat.S_IFDIR | mode, uid, gid, euid=1000, egid=1000) == expected
 
 
 def test_real_world_writable_dir_is_shared_and_sticky_is_not(tmp_path: Path) -> None:
