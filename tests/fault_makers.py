@@ -33,6 +33,20 @@ def base_env(cache_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def host_env(root: Path, store: Path, **extra: str) -> dict[str, str]:
+    """One host of a fleet: every JIT cache an engine start fills, and jitguard's cache dir, under ``root``; the
+    store a ``file://`` directory. ``extra`` sets or overrides any variable."""
+    places = {
+        "VLLM_CACHE_ROOT": str(root / "vllm"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "FLASHINFER_WORKSPACE_BASE": str(root / "fi"),
+        "SGLANG_CACHE_DIR": str(root / "sglang"),
+        "JITGUARD_SHARE": f"file://{store}",
+    }
+    return base_env(root / "jitguard", **{**places, **extra})
+
+
 def jitguard(
     args: Sequence[str], env: Mapping[str, str], *, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

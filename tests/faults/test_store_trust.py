@@ -22,8 +22,8 @@ import pytest
 from fault_makers import (
     FOREIGN_UID,
     assert_no_traceback,
-    base_env,
     fill_disk,
+    host_env,
     jitguard,
     need_root,
     on_tmpfs,
@@ -77,18 +77,6 @@ def shared_tmp() -> Iterator[Path]:
 def store_blobs(store: Path) -> list[bytes]:
     blobs = store / "v1" / "blobs"
     return [p.read_bytes() for p in blobs.iterdir()] if blobs.is_dir() else []
-
-
-def host_env(root: Path, store: Path, **extra: str) -> dict[str, str]:
-    places = {
-        "VLLM_CACHE_ROOT": str(root / "vllm"),
-        "TRITON_CACHE_DIR": str(root / "triton"),
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "FLASHINFER_WORKSPACE_BASE": str(root / "fi"),
-        "SGLANG_CACHE_DIR": str(root / "sglang"),
-        "JITGUARD_SHARE": f"file://{store}",
-    }
-    return base_env(root / "jitguard", **{**places, **extra})
 
 
 def write(root: Path, relative: str, data: bytes, mode: int = 0o644) -> Path:

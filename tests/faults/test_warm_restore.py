@@ -14,25 +14,11 @@ from pathlib import Path
 import pytest
 
 from envelope_schemas import assert_valid
-from fault_makers import assert_no_traceback, base_env, jitguard, on_tmpfs
+from fault_makers import assert_no_traceback, host_env, jitguard, on_tmpfs
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
 
 ARCH = "9.0"
-
-
-def host_env(cache_dir: Path, root: Path, store: Path, **extra: str) -> dict[str, str]:
-    """One host's environment: every cache under ``root`` (``cache_dir``, the fixture's, stays unused by it)."""
-    return base_env(
-        root / "jitguard",
-        VLLM_CACHE_ROOT=str(root / "vllm"),
-        TRITON_CACHE_DIR=str(root / "triton"),
-        TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"),
-        FLASHINFER_WORKSPACE_BASE=str(root / "fi"),
-        SGLANG_CACHE_DIR=str(root / "sglang"),
-        JITGUARD_SHARE=f"file://{store}",
-        **extra,
-    )
 
 
 def first_host(tmp_path: Path, cache_dir: Path) -> tuple[Path, dict[str, str]]:
@@ -46,40 +32,38 @@ def first_host(tmp_path: Path, cache_dir: Path) -> tuple[Path, dict[str, str]]:
     ):
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(relative.encode() * 100)
-    saved = jitguard(["warm", "save", "--arch", ARCH, "--json"], host_env(cache_dir, root, store))
+    saved = jitguard(["warm", "save", "--arch", ARCH, "--json"], host_env(root, store))
     assert saved.returncode == 0, saved.stderr
     envelope = json.loads(saved.stdout)
     assert_valid(envelope)
     assert envelope["outcome"] == "saved" and envelope["saved"]["files"] == 3
-    return store, host_env(cache_dir, root, store)
+    return store, host_env(root, store)
 
 
 def test_a_new_host_restores_by_command_and_the_json_fits_its_schema(tmp_path: Path, cache_dir: Path) -> None:
     store, _env = first_host(tmp_path, cache_dir)
     new = tmp_path / "host-b"
-    proc = jitguard(["warm", "restore", "--arch", ARCH, "--json"], host_env(cache_dir, new, store))
+    proc = jitguard(["warm", "restore", "--arch", ARCH, "--json"], host_env(new, store))
     assert_no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     envelope = json.loads(proc.stdout)
     assert_valid(envelope)
     assert envelope["outcome"] == "restored" and envelope["restored"]["landed"] == 3
     assert (new / "triton" / "K" / "k.cubin").read_bytes() == b"triton/K/k.cubin" * 100
-    show = jitguard(["warm", "show", "--arch", ARCH, "--json"], host_env(cache_dir, new, store))
+    show = jitguard(["warm", "show", "--arch", ARCH, "--json"], host_env(new, store))
     assert show.returncode == 0 and json.loads(show.stdout)["snapshot"]["files"] == 3
     assert_valid(json.loads(show.stdout))
 
 
 def test_a_store_with_no_snapshot_for_this_stack_is_a_miss_exit_1(tmp_path: Path, cache_dir: Path) -> None:
     (tmp_path / "empty-store").mkdir()
-    proc = jitguard(
-        ["warm", "restore", "--arch", ARCH], host_env(cache_dir, tmp_path / "h", tmp_path / "empty-store")
-    )
+    proc = jitguard(["warm", "restore", "--arch", ARCH], host_env(tmp_path / "h", tmp_path / "empty-store"))
     assert_no_traceback(proc)
     assert proc.returncode == 1 and "restore: miss" in proc.stdout
 
 
 def test_no_store_and_a_bad_arch_are_usage_errors(tmp_path: Path, cache_dir: Path) -> None:
-    env = host_env(cache_dir, tmp_path / "h", tmp_path / "s")
+    env = host_env(tmp_path / "h", tmp_path / "s")
     env.pop("JITGUARD_SHARE")
     for args, message in (
         (["warm", "restore", "--arch", ARCH], "no artifact store"),
@@ -100,7 +84,7 @@ def test_two_restorers_at_once_restore_once_and_the_second_waits_visibly(
     store, _env = first_host(tmp_path, cache_dir)
     # Hold the first restorer once it holds the lock: stopped (SIGSTOP) while the second comes and waits.
     new = tmp_path / "host-b"
-    env = host_env(cache_dir, new, store)
+    env = host_env(new, store)
     args = [sys.executable, "-m", "jitguard", "warm", "restore", "--arch", ARCH, "--json"]
     first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sidecars = new / "jitguard" / "locks"
@@ -136,7 +120,7 @@ def test_a_read_only_cache_dir_is_left_alone_and_the_other_caches_are_restored(
     proc = on_tmpfs(
         triton,
         [sys.executable, "-m", "jitguard", "warm", "restore", "--arch", ARCH, "--json"],
-        host_env(cache_dir, new, store),
+        host_env(new, store),
         prepare=f"mount -o remount,ro {triton}",
     )
     assert_no_traceback(proc)

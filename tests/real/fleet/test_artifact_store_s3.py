@@ -101,19 +101,11 @@ def test_an_endpoint_that_never_answers_is_given_up_on_in_time(
 def test_ten_restorers_on_a_hung_store_all_give_up_by_the_one_deadline(tmp_path: Path, s3_env: None) -> None:
     """One deadline (JITGUARD_SHARE_TIMEOUT) bounds a whole restore on a host, lock wait included: the nine that
     wait for the first restorer's lock do not wait longer than the first one's store."""
-    import os
     import subprocess
     import sys
 
     with services.silent_server() as port:
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "JITGUARD_CACHE_DIR": str(tmp_path / "jitguard"),
-            "JITGUARD_SHARE": "s3://fleet-bucket/jitguard",
-            "JITGUARD_SHARE_TIMEOUT": "6",
-            "VLLM_CACHE_ROOT": str(tmp_path / "vllm"),
-        }
+        env = _hung_store_env(tmp_path, port, JITGUARD_SHARE_TIMEOUT="6")
         args = [sys.executable, "-m", "jitguard", "warm", "restore", "--arch", "9.0", "--layers", "vllm"]
         started = time.monotonic()
         procs = [
@@ -133,7 +125,6 @@ def test_ten_restorers_on_a_hung_store_all_give_up_by_the_one_deadline(tmp_path:
 
 def test_the_plugins_save_never_delays_the_engines_exit(tmp_path: Path, s3_env: None) -> None:
     """A save to a store that never answers runs in a daemon thread: the process exits when its work is done."""
-    import os
     import subprocess
     import sys
 
@@ -146,18 +137,25 @@ def test_the_plugins_save_never_delays_the_engines_exit(tmp_path: Path, s3_env: 
         "print('engine done', flush=True)"
     )
     with services.silent_server() as port:
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "JITGUARD_CACHE_DIR": str(tmp_path / "jitguard"),
-            "JITGUARD_SHARE": "s3://fleet-bucket/jitguard",
-            "JITGUARD_SHARE_PUBLISH": "1",
-            "JITGUARD_SHARE_TIMEOUT": "600",
-            "JITGUARD_WARM_ARCH": "9.0",
-            "VLLM_CACHE_ROOT": str(tmp_path / "vllm"),
-        }
+        env = _hung_store_env(
+            tmp_path, port, JITGUARD_SHARE_PUBLISH="1", JITGUARD_SHARE_TIMEOUT="600", JITGUARD_WARM_ARCH="9.0"
+        )
         done = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
         )
     assert done.returncode == 0, done.stderr
     assert "engine done" in done.stdout
+
+
+def _hung_store_env(tmp_path: Path, port: int, **extra: str) -> dict[str, str]:
+    """A host whose store is an S3 endpoint that accepts connections and never answers."""
+    import os
+
+    return {
+        **os.environ,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "JITGUARD_CACHE_DIR": str(tmp_path / "jitguard"),
+        "JITGUARD_SHARE": "s3://fleet-bucket/jitguard",
+        "VLLM_CACHE_ROOT": str(tmp_path / "vllm"),
+        **extra,
+    }

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from envelope_schemas import assert_valid
-from fault_makers import FOREIGN_UID, assert_no_traceback, base_env, chown_foreign, jitguard
+from fault_makers import FOREIGN_UID, assert_no_traceback, base_env, chown_foreign, host_env, jitguard
 
 pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install 'jitguard[share]')")
 
@@ -30,17 +30,7 @@ class Fleet:
         self.store.mkdir()
 
     def env(self, host: str, **extra: str) -> dict[str, str]:
-        root = self.base / host
-        return base_env(
-            root / "jitguard",
-            VLLM_CACHE_ROOT=str(root / "vllm"),
-            TRITON_CACHE_DIR=str(root / "triton"),
-            TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"),
-            FLASHINFER_WORKSPACE_BASE=str(root / "fi"),
-            SGLANG_CACHE_DIR=str(root / "sglang"),
-            JITGUARD_SHARE=f"file://{self.store}",
-            **extra,
-        )
+        return host_env(self.base / host, self.store, **extra)
 
     def keygen(self, name: str) -> str:
         proc = jitguard(
