@@ -51,6 +51,20 @@ class ConfigError(UsageError):
         super().__init__(message)
 
 
+class SettingsInvalid(UsageError):
+    """One or more malformed JITGUARD_* variables, all at once (`jitguard doctor`), each a ``config-invalid``
+    finding with its fix."""
+
+    kind = "config"
+
+    def __init__(self, errors: Sequence[ConfigError], findings: Sequence[Finding]) -> None:
+        self.errors = tuple(errors)
+        self.findings = tuple(findings)
+        lines = [f"{len(self.errors)} JITGUARD_* variable(s) with a value jitguard does not accept:"]
+        lines += [f"  {e}" for e in self.errors]
+        super().__init__("\n".join(lines))
+
+
 class BackendUnavailable(JitguardError):
     """A backend the user named explicitly cannot run here. Carries the findings that say why."""
 

@@ -62,8 +62,10 @@ def configure(subparsers: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.config import Settings
+    from jitguard.config import Settings, problems
+    from jitguard.errors import SettingsInvalid
     from jitguard.facts import collect
+    from jitguard.findings import checks_config
     from jitguard.findings.checks import preflight
 
     if args.compile and args.backend not in ("all", "flashinfer"):
@@ -72,8 +74,11 @@ def execute(args: argparse.Namespace) -> int:
             f"--compile builds a FlashInfer probe module; it says nothing about --backend {args.backend}. "
             f"Run `jitguard doctor --backend flashinfer --compile`, or drop --compile."
         )
-    settings = Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2
-    own = _installation()  # jitguard's own install first: a broken one explains whatever follows
+    bad, unknown = checks_config.settings()
+    if bad:  # every malformed JITGUARD_* at once, each a finding with its fix: exit 2
+        raise SettingsInvalid(problems()[0], bad)
+    settings = Settings.from_env()
+    own = _installation() + unknown  # jitguard's own install first: a broken one explains whatever follows
     facts = collect(cache_dir=settings.cache_dir)
     backends = ("flashinfer", "triton", "torch") if args.backend == "all" else (args.backend,)
     results = {name: preflight(facts, name) for name in backends}
