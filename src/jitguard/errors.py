@@ -174,6 +174,19 @@ class LockUnavailable(JitguardError):
         )
 
 
+class DirectoryInTheWay(JitguardError):
+    """A directory jitguard must read or fill is a file, or sits under one (``cache list`` with
+    JITGUARD_CACHE_DIR naming a file, ``warm restore`` into such a cache): the finding says what to move."""
+
+    def __init__(self, what: str, path: str, findings: Sequence[Finding]) -> None:
+        self.path = path
+        self.findings = tuple(findings)
+        lines = [f"Cannot use {what} {path}: a file is in the way."]
+        for f in self.findings:
+            lines += f.render_lines()
+        super().__init__("\n".join(lines))
+
+
 class StateUnwritable(JitguardError):
     """jitguard could not change its own state as asked (``cache clear`` on a read-only cache dir): where,
     why, and what to do. ``failures`` holds (path, reason) for every file that stayed."""

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jitguard.cli.parsing import needs_action
+from jitguard.cli.parsing import needs_action, store_url
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 COMMAND = "build.ninja"
@@ -108,12 +108,14 @@ def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--share",
         default=None,
+        type=store_url("--share"),
         metavar="URL",
         help="fetch from this artifact store instead of building when it has the build (default: JITGUARD_SHARE)",
     )
     parser.add_argument(
         "--publish",
         default=None,
+        type=store_url("--publish"),
         metavar="URL",
         help="publish what was built to this artifact store (file://, s3://, gs://)",
     )
