@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if not getattr(args, "execute", None):
             parser.print_help()
+            sys.stderr.write(f"jitguard: give a command: {', '.join(COMMANDS)}. See `jitguard --help`.\n")
             return EXIT_USAGE
         return int(args.execute(args))
     except JitguardError as exc:

@@ -125,6 +125,10 @@ def _ninja_file(path: str) -> Path:
     candidate = Path(path).expanduser()
     if candidate.is_dir():
         candidate = candidate / "build.ninja"
+    if candidate.exists() and not candidate.is_file():
+        raise UsageError(
+            f"{path}: not a regular file (a FIFO, a device?). Give a build.ninja or its directory."
+        )
     if not candidate.is_file():
         raise UsageError(f"{path}: no such ninja file. Give a build.ninja or a directory that contains one.")
     return candidate.resolve()

@@ -106,6 +106,10 @@ def _config_path(text: str) -> Path:
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
+    if path.exists() and not path.is_file():
+        raise UsageError(
+            f"--model {text}: not a regular file (a FIFO, a device?); give the model's config.json"
+        )
     if not path.is_file():
         raise UsageError(
             f"--model {text}: no such file; give the model's config.json or the directory that holds it"
