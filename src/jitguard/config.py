@@ -365,6 +365,14 @@ VARIABLES: dict[str, Variable] = {
             "the FlashInfer releases (`flashinfer-<version>/`)",
             scope="tests",
         ),
+        _v("TRITON_ROOT", "path", "`$JITGUARD_CI_ROOT/triton`", "Triton's test stand-ins", scope="tests"),
+        _v("VLLM_VERSIONS", "text", "the tested ones", "which vLLM releases to prepare", scope="tests"),
+        _v("SGLANG_VERSIONS", "text", "the tested ones", "which SGLang releases to prepare", scope="tests"),
+        _v("CI_VENV", "path", "a temporary directory", "where `.ci/run` makes its venv", scope="tests"),
+        _v("ENGINE_LOGS", "path", "unset", "GPU tests: each engine's whole output", scope="tests"),
+        _v("ENGINE_LIMIT", "text", "`300`", "GPU tests: seconds one engine may take", scope="tests"),
+        _v("ENGINE_BUDGET", "text", "`560`", "GPU tests: seconds a module's engines may take", scope="tests"),
+        _v("TEST_BREAKAGE", "text", "unset", "tests: the fault a child process is given", scope="tests"),
     )
 }
 
@@ -480,17 +488,23 @@ def _flag(raw: str | None, name: str) -> bool:
     return raw.lower() in ("1", "true", "yes", "on")
 
 
-BEGIN_MARK = (
-    "<!-- settings: generated from jitguard.config.VARIABLES by `python -m jitguard.config README.md` -->"
-)
-END_MARK = "<!-- end of settings -->"
+def _marks(scope: str) -> tuple[str, str]:
+    return (
+        f"<!-- {scope} variables: generated from jitguard.config.VARIABLES by `python -m jitguard.config "
+        "README.md` -->",
+        f"<!-- end of {scope} variables -->",
+    )
 
 
 def rewrite(text: str) -> str:
-    """``text`` (README.md) with the table between BEGIN_MARK and END_MARK generated again."""
-    head, rest = text.split(BEGIN_MARK, 1)
-    _, tail = rest.split(END_MARK, 1)
-    return f"{head}{BEGIN_MARK}\n{markdown()}\n{END_MARK}{tail}"
+    """``text`` (README.md) with each variables table between its marks generated again: the settings, and
+    the test suite's own."""
+    for scope in ("setting", "tests"):
+        begin, end = _marks(scope)
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{markdown(scope)}\n{end}{tail}"
+    return text
 
 
 if __name__ == "__main__":

@@ -46,6 +46,37 @@ def test_no_jitguard_variable_is_read_from_os_environ_outside_the_table() -> Non
     assert offenders == []
 
 
+def test_every_jitguard_name_the_tests_and_ci_read_is_in_the_table() -> None:
+    # Not variables: a secret-named one for the redaction tests, and the misspelling doctor is tested on.
+    examples = {"JITGUARD_SECRET", "JITGUARD_GDN_BACKNED"}
+    named = {
+        name
+        for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / ".ci").iterdir()]
+        if path.is_file()
+        for name in NAME.findall(path.read_text(encoding="utf-8", errors="replace"))
+    }
+    assert named - set(VARIABLES) - examples == set()
+
+
+def test_everything_the_tests_prepare_moves_with_jitguard_ci_root() -> None:
+    """/tmp/jitguard-ci is written once, as JITGUARD_CI_ROOT's default (tests/release_preparation.py, and in
+    each .ci script as ${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}); every other root derives from it."""
+    places = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / ".ci").iterdir()]
+        if path.is_file() and path.name != "test_variables.py"
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if "/tmp/jitguard-ci" in line and not line.lstrip().startswith("#")
+    ]
+    allowed = (
+        'or "/tmp/jitguard-ci")',
+        "${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}",
+        "``JITGUARD_CI_ROOT``, /tmp/",
+    )
+    assert [p for p in places if not any(a in p for a in allowed)] == []
+    assert VARIABLES["JITGUARD_CI_ROOT"].default == "`/tmp/jitguard-ci`"
+
+
 def test_the_readme_settings_table_is_generated_from_the_table() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert config.rewrite(readme) == readme, "regenerate it: python -m jitguard.config README.md"
