@@ -42,7 +42,10 @@ def configure(subparsers: Any) -> None:
     parser.add_argument(
         "--deep",
         action="store_true",
-        help="also import the backend packages in a subprocess to catch broken installs (slower)",
+        help=(
+            "also import the backend packages in a subprocess to catch broken installs (seconds); a 'deep "
+            "checks' block says what was imported and how it went"
+        ),
     )
     parser.add_argument(
         "--engine",
