@@ -1,6 +1,8 @@
 """jitguard's settings, read from JITGUARD_* environment variables and command-line flags, and the one place
-that parses and formats them (sizes, durations, job counts). Malformed or out-of-range values raise ConfigError
-(exit code 2) naming the variable or flag, the value and the allowed range; they never fall back silently."""
+that parses and formats them (sizes, durations, job counts, store URLs). Every variable is in one table,
+``VARIABLES`` (kind, accepted values, default, meaning), and read through it (``read``); README.md's tables are
+generated from it (``python -m jitguard.config README.md``). Malformed or out-of-range values raise ConfigError
+(exit code 2) naming the variable or flag, the value and what it accepts; they never fall back silently."""
 
 from __future__ import annotations
 
