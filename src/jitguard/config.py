@@ -351,14 +351,18 @@ VARIABLES: dict[str, Variable] = {
             "CI_ROOT",
             "path",
             "`/tmp/jitguard-ci`",
-            "everything the tests prepare (engine releases, the package pool, FlashInfer releases); the four "
-            "below default to directories in it",
+            "everything the tests prepare (engine releases, the package pool, FlashInfer releases, the release "
+            "reports); the roots below default to directories in it",
             scope="tests",
         ),
         _v("VLLM_ROOT", "path", "`$JITGUARD_CI_ROOT/vllm`", "the vLLM releases", scope="tests"),
         _v("SGLANG_ROOT", "path", "`$JITGUARD_CI_ROOT/sglang`", "the SGLang releases", scope="tests"),
         _v(
-            "POOL", "path", "`$JITGUARD_CI_ROOT/pool`", "every package version, installed once", scope="tests"
+            "POOL",
+            "path",
+            "`$JITGUARD_CI_ROOT/pool/<tag>`",
+            "every package version, installed once",
+            scope="tests",
         ),
         _v(
             "FLASHINFER_ROOT",
