@@ -57,6 +57,7 @@ class State:
     read_only_cache: bool = False
     close_stdout: bool = False
     interrupt_after: float | None = None  # SIGINT to the process group (Ctrl-C) this many seconds in
+    no_nvcc: bool = False  # no nvcc on PATH
     json_too: bool = True
     only: tuple[tuple[str, ...], ...] = ()  # the commands it matters to (empty: all)
 
@@ -92,6 +93,14 @@ STATES: tuple[State, ...] = (
         _cache_is_a_file,
     ),
     State("cache-read-only", "the cache dir is a read-only file system", read_only_cache=True),
+    State(
+        "no-cuda-toolkit",
+        "no nvcc on PATH, CUDA_HOME an empty directory",
+        (("CUDA_HOME", "{tmp}/no-cuda"),),
+        lambda tmp: (tmp / "no-cuda").mkdir(),
+        no_nvcc=True,
+        only=(("doctor",), ("build", "flashinfer-gdn"), ("gdn", "explain")),
+    ),
     State(
         "unreadable-file",
         "cache records a FIFO and random bytes; the ninja file a FIFO",
@@ -241,6 +250,9 @@ def run_cell(cell: Cell, root: Path) -> Result:
         cell.state.setup(tmp)
     env = _base_env(tmp)
     env.update({k: v.format(tmp=tmp) for k, v in cell.state.env})
+    if cell.state.no_nvcc:
+        dirs = env["PATH"].split(os.pathsep)
+        env["PATH"] = os.pathsep.join(d for d in dirs if not (Path(d) / "nvcc").exists())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(SRC)) if p)
     ninja = tmp / ("fifo.ninja" if cell.state.name == "unreadable-file" else "project/build.ninja")
     args = [a.format(ninja=ninja, store=tmp / "store") for a in ARGUMENTS.get(cell.command, ())]
