@@ -13,7 +13,7 @@
 # comes without its extras and dependencies: the tests read its code and its version on CPU; the DSL's wheels
 # come whole, so jitguard's check of their files against their RECORD sees a real install.
 #
-#   JITGUARD_POOL   the pool (default /tmp/jitguard-ci/pool/<interpreter tag>)
+#   JITGUARD_POOL   the pool (default $JITGUARD_CI_ROOT/pool/<interpreter tag>; JITGUARD_CI_ROOT: /tmp/jitguard-ci)
 #   PYTHON          the interpreter whose pip installs (default python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 [[ $# -ge 2 ]] || { sed -n '2,20p' "$0" >&2; exit 2; }
 WHO=$1 FLASHINFER=$2 DSL=${3:-}
 PY=${PYTHON:-python3}
-POOL=${JITGUARD_POOL:-/tmp/jitguard-ci/pool/$("$PY" .ci/dist_pool.py tag)}
+POOL=${JITGUARD_POOL:-${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}/pool/$("$PY" .ci/dist_pool.py tag)}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 mkdir -p "$POOL"
 

@@ -16,14 +16,14 @@
 # version whose 'ready' stamp matches these scripts is skipped.
 #
 #   JITGUARD_SGLANG_VERSIONS   space-separated versions (default: one per layout and FlashInfer era, docs/sglang.md)
-#   JITGUARD_SGLANG_ROOT       where to put them (default /tmp/jitguard-ci/sglang; never inside the repo)
+#   JITGUARD_SGLANG_ROOT       where to put them (default $JITGUARD_CI_ROOT/sglang, JITGUARD_CI_ROOT /tmp/jitguard-ci; never inside the repo)
 #   PYTHON                     the Python whose packages the venvs see (default python3; a venv's is fine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .ci/preparation.sh
 
 VERSIONS=${JITGUARD_SGLANG_VERSIONS:-"0.5.15 0.5.23"}
-ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-/tmp/jitguard-ci/sglang}")
+ROOT=$(realpath -m "${JITGUARD_SGLANG_ROOT:-${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}/sglang}")
 TRITON=triton==3.6.0  # what torch 2.11 (SGLang 0.5.15's) brings; only imported here, never run
 PY=${PYTHON:-python3}
 # The venvs see the packages of this Python ($PY, e.g. CI's fresh venv) through a .pth: a copy made for another

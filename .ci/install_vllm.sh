@@ -27,13 +27,13 @@
 # the end, the pip output in $ROOT/<version>.log). Cached: a version whose 'ready' stamps match is a moment's work.
 #
 #   JITGUARD_VLLM_VERSIONS   space-separated versions (default: one per GDN layout and FlashInfer era, docs/vllm.md)
-#   JITGUARD_VLLM_ROOT       where to put them (default /tmp/jitguard-ci/vllm; never inside the repo)
+#   JITGUARD_VLLM_ROOT       where to put them (default $JITGUARD_CI_ROOT/vllm, JITGUARD_CI_ROOT /tmp/jitguard-ci; never inside the repo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .ci/preparation.sh
 
 VERSIONS=${JITGUARD_VLLM_VERSIONS:-"0.21.0 0.24.0 0.26.0 0.30.0 0.33.0"}
-ROOT=$(realpath -m "${JITGUARD_VLLM_ROOT:-/tmp/jitguard-ci/vllm}")
+ROOT=$(realpath -m "${JITGUARD_VLLM_ROOT:-${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}/vllm}")
 PY=${PYTHON:-python3}
 # The sources depend on how the wheel is read; the dependencies on every step.
 SRC_STAMP=$(sha256sum < .ci/vllm_wheel.py | cut -c1-16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import tarfile
 import time
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import zstandard
 
@@ -39,7 +39,8 @@ def main(argv: list[str]) -> int:
         return 2
     dest, parts = argv[0], sorted(argv[1:], key=lambda p: int(p.rsplit(".", 1)[-1]))
     started = time.monotonic()
-    reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(Joined(parts))
+    source = cast(BinaryIO, Joined(parts))  # zstandard reads it through .read() alone
+    reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(source)
     with reader, tarfile.open(fileobj=reader, mode="r|") as archive:
         archive.extractall(dest, filter="tar")
     print(f"unpacked {len(parts)} parts into {dest}/site in {time.monotonic() - started:.1f} s")

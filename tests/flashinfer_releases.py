@@ -1,5 +1,5 @@
 """Real flashinfer-python releases for the tests, each installed once with ``pip install --no-deps --target``
-into a cached directory under ``JITGUARD_FLASHINFER_ROOT`` (default /tmp/jitguard-ci) that shadows the system
+into a cached directory under ``JITGUARD_FLASHINFER_ROOT`` (default ``JITGUARD_CI_ROOT``, /tmp/jitguard-ci) that shadows the system
 FlashInfer on PYTHONPATH. Installs go through a staging directory renamed into place, under a file lock, so a
 half-finished install is never taken for a cached one and two test processes never prepare one at once."""
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci"))
+from release_preparation import CI_ROOT
+
+ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT") or CI_ROOT)
 
 
 def release_dir(version: str) -> Path:

@@ -21,9 +21,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE_ONE_TIMEOUT = 1800  # seconds: one release, cold, on a busy 2-core machine
-VLLM_ROOT = Path(
-    os.environ.get("JITGUARD_VLLM_ROOT", "/tmp/jitguard-ci/vllm")
-)  # .ci/install_vllm.sh's default
+# Everything the tests prepare (engine releases, the package pool, FlashInfer releases, Triton's stand-ins) lies
+# under one root, JITGUARD_CI_ROOT; each part can still be moved on its own (README.md, "The two commands").
+CI_ROOT = Path(os.environ.get("JITGUARD_CI_ROOT") or "/tmp/jitguard-ci")
+VLLM_ROOT = Path(os.environ.get("JITGUARD_VLLM_ROOT") or CI_ROOT / "vllm")  # .ci/install_vllm.sh's default
 
 
 class NotPrepared(Exception):

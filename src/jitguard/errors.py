@@ -50,6 +50,20 @@ class ConfigError(UsageError):
         super().__init__(message)
 
 
+class SettingsInvalid(UsageError):
+    """One or more malformed JITGUARD_* variables, all at once (`jitguard doctor`), each a ``config-invalid``
+    finding with its fix."""
+
+    kind = "config"
+
+    def __init__(self, errors: Sequence[ConfigError], findings: Sequence[Finding]) -> None:
+        self.errors = tuple(errors)
+        self.findings = tuple(findings)
+        lines = [f"{len(self.errors)} JITGUARD_* variable(s) with a value jitguard does not accept:"]
+        lines += [f"  {e}" for e in self.errors]
+        super().__init__("\n".join(lines))
+
+
 class BackendUnavailable(JitguardError):
     """A backend the user named explicitly cannot run here. Carries the findings that say why."""
 
@@ -157,6 +171,19 @@ class LockUnavailable(JitguardError):
             f"(`chmod -R u+w {lock_path.parent}`), or point FLASHINFER_WORKSPACE_BASE (FlashInfer's cache) and "
             "JITGUARD_CACHE_DIR at directories you own."
         )
+
+
+class DirectoryInTheWay(JitguardError):
+    """A directory jitguard must read or fill is a file, or sits under one (``cache list`` with
+    JITGUARD_CACHE_DIR naming a file, ``warm restore`` into such a cache): the finding says what to move."""
+
+    def __init__(self, what: str, path: str, findings: Sequence[Finding]) -> None:
+        self.path = path
+        self.findings = tuple(findings)
+        lines = [f"Cannot use {what} {path}: a file is in the way."]
+        for f in self.findings:
+            lines += f.render_lines()
+        super().__init__("\n".join(lines))
 
 
 class StateUnwritable(JitguardError):

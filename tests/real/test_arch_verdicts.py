@@ -19,9 +19,10 @@ from filelock import FileLock
 
 from jitguard.facts import cuda_archs, flashinfer_archs, toolchain
 from jitguard.findings.classify import classify
+from release_preparation import CI_ROOT
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT", "/tmp/jitguard-ci"))
+ROOT = Path(os.environ.get("JITGUARD_FLASHINFER_ROOT") or CI_ROOT)
 NVCC_13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 OLD_NVCC_HOME = ROOT / "nvcc-11.8" / "usr" / "lib" / "nvidia-cuda-toolkit"
 APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))

@@ -21,12 +21,13 @@ from envelope_schemas import schema_errors
 from jitguard.facts import triton_jit
 from jitguard.findings import checks_triton
 from jitguard.findings.classify import classify
+from release_preparation import CI_ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TRITON = "3.6.0"  # what torch 2.11 brings (the H200 host's); -l:libcuda.so.1 rules
-ROOT = Path(os.environ.get("JITGUARD_TRITON_ROOT", "/tmp/jitguard-ci/triton"))
+ROOT = Path(os.environ.get("JITGUARD_TRITON_ROOT") or CI_ROOT / "triton")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ wedged driver) so an engine never waits on jitguard for longer than ``JITGUARD_P
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -76,18 +75,15 @@ def shielded(where: str, then: str, work: Callable[[], T], stock: Callable[[], T
 
 def deadline_seconds() -> float:
     """JITGUARD_PREFLIGHT_TIMEOUT (e.g. '90s', '2m'); a malformed value is the default (and said once)."""
-    raw = os.environ.get("JITGUARD_PREFLIGHT_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_DEADLINE
-    from jitguard.config import parse_duration
+    from jitguard.config import read
     from jitguard.errors import ConfigError
 
     try:
-        value = parse_duration(raw, name="JITGUARD_PREFLIGHT_TIMEOUT")
+        value = read("JITGUARD_PREFLIGHT_TIMEOUT")
     except ConfigError as exc:
         report_fault("reading JITGUARD_PREFLIGHT_TIMEOUT", f"using {DEFAULT_DEADLINE:g} s", exc)
         return DEFAULT_DEADLINE
-    return value if value > 0 else DEFAULT_DEADLINE
+    return DEFAULT_DEADLINE if value is None else float(value)
 
 
 def with_deadline(what: str, work: Callable[[], T], seconds: float | None = None) -> T:

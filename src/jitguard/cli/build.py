@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jitguard.cli.parsing import needs_action
+from jitguard.cli.parsing import needs_action, store_url
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 COMMAND = "build.ninja"
@@ -108,12 +108,14 @@ def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--share",
         default=None,
+        type=store_url("--share"),
         metavar="URL",
         help="fetch from this artifact store instead of building when it has the build (default: JITGUARD_SHARE)",
     )
     parser.add_argument(
         "--publish",
         default=None,
+        type=store_url("--publish"),
         metavar="URL",
         help="publish what was built to this artifact store (file://, s3://, gs://)",
     )
@@ -123,6 +125,10 @@ def _ninja_file(path: str) -> Path:
     candidate = Path(path).expanduser()
     if candidate.is_dir():
         candidate = candidate / "build.ninja"
+    if candidate.exists() and not candidate.is_file():
+        raise UsageError(
+            f"{path}: not a regular file (a FIFO, a device?). Give a build.ninja or its directory."
+        )
     if not candidate.is_file():
         raise UsageError(f"{path}: no such ninja file. Give a build.ninja or a directory that contains one.")
     return candidate.resolve()

@@ -243,12 +243,19 @@ def _build(
     os.environ.update(
         {k: env[k] for k in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE") if k in env}
     )
-    if plan is not None:
-        from jitguard.flashinfer_jit.gdn_variants import build_variant_module
+    try:
+        if plan is not None:
+            from jitguard.flashinfer_jit.gdn_variants import build_variant_module
 
-        return build_variant_module(plan, load=False, options=options, env=env), None
-    spec = _gdn_spec(module)
-    return build_spec(spec, load=None, options=options, env=env, publish=publish), None
+            return build_variant_module(plan, load=False, options=options, env=env), None
+        spec = _gdn_spec(module)
+        return build_spec(spec, load=None, options=options, env=env, publish=publish), None
+    except RuntimeError:
+        # With a store, pre-flight waits until the fetch was tried; but FlashInfer cannot even write the
+        # module's build file where it finds no nvcc and a CPU torch ("Could not determine CUDA version"):
+        # pre-flight's verdict (nvcc-missing, with its fixes) says why, as it does without a store.
+        check_before_build(module, facts, failures)
+        raise
 
 
 def _library_exists(jit_dir: Path | None, module: str) -> bool:

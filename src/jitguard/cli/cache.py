@@ -59,6 +59,7 @@ def execute(args: argparse.Namespace) -> int:
     from jitguard.state.kernel_cache import KernelCache
 
     cache_dir = default_cache_dir()
+    _refuse_a_file_in_the_way(cache_dir)
     failures = FailureCache(cache_dir, ttl=ttl_from_env())
     memory = JobMemoryStore(cache_dir)
     kernels = KernelCache(cache_dir)
@@ -267,6 +268,19 @@ def _selected_json(selection: Selection | None) -> dict[str, Any] | None:
     if selection is None:
         return None
     return {"names": list(selection.names), "prefixes": list(selection.prefixes), "group": selection.group}
+
+
+def _refuse_a_file_in_the_way(cache_dir: Any) -> None:
+    """A cache dir that is a file (or under one) holds nothing to list or clear: exit 1 with what to move,
+    not "No cached build outcomes"."""
+    from jitguard.errors import DirectoryInTheWay
+    from jitguard.facts.disk import probe_path
+    from jitguard.findings.checks_disk import blocked_directory, in_the_way
+
+    entry = probe_path(cache_dir)
+    if in_the_way(entry):
+        findings = blocked_directory(entry, f"jitguard's cache dir ({entry.path}, JITGUARD_CACHE_DIR)")
+        raise DirectoryInTheWay("jitguard's cache dir", entry.path, findings)
 
 
 def _say_if_untrusted(cache_dir: Any) -> None:

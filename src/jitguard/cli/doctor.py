@@ -42,7 +42,10 @@ def configure(subparsers: Any) -> None:
     parser.add_argument(
         "--deep",
         action="store_true",
-        help="also import the backend packages in a subprocess to catch broken installs (slower)",
+        help=(
+            "also import the backend packages in a subprocess to catch broken installs (seconds); a 'deep "
+            "checks' block says what was imported and how it went"
+        ),
     )
     parser.add_argument(
         "--engine",
@@ -62,8 +65,10 @@ def configure(subparsers: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.config import Settings
+    from jitguard.config import Settings, problems
+    from jitguard.errors import SettingsInvalid
     from jitguard.facts import collect
+    from jitguard.findings import checks_config
     from jitguard.findings.checks import preflight
 
     if args.compile and args.backend not in ("all", "flashinfer"):
@@ -72,14 +77,17 @@ def execute(args: argparse.Namespace) -> int:
             f"--compile builds a FlashInfer probe module; it says nothing about --backend {args.backend}. "
             f"Run `jitguard doctor --backend flashinfer --compile`, or drop --compile."
         )
-    settings = Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2
-    own = _installation()  # jitguard's own install first: a broken one explains whatever follows
+    bad, unknown = checks_config.settings()
+    if bad:  # every malformed JITGUARD_* at once, each a finding with its fix: exit 2
+        raise SettingsInvalid(problems()[0], bad)
+    settings = Settings.from_env()
+    own = _installation() + unknown  # jitguard's own install first: a broken one explains whatever follows
     facts = collect(cache_dir=settings.cache_dir)
     backends = ("flashinfer", "triton", "torch") if args.backend == "all" else (args.backend,)
     results = {name: preflight(facts, name) for name in backends}
-    if args.deep:
-        for name in backends:
-            results[name] = results[name] + _deep_findings(facts, name)
+    deep = _deep(facts, backends) if args.deep else None
+    for name, checked in (deep or {}).items():
+        results[name] = results[name] + checked.pop("found")
     probe = _compile_probe(facts, settings) if args.compile and "flashinfer" in results else None
     if probe is not None:
         results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
@@ -96,6 +104,8 @@ def execute(args: argparse.Namespace) -> int:
         payload["store"] = {**store, "findings": [f.to_json() for f in store["findings"]]}
         if engine is not None:
             payload["engine"] = engine
+        if deep is not None:
+            payload["deep"] = deep
         if probe is not None:
             payload["compile_probe"] = probe.to_json()
         sys.stdout.write(dumps("doctor", payload) + "\n")
@@ -110,6 +120,7 @@ def execute(args: argparse.Namespace) -> int:
             engine=engine,
             probe=probe.to_json() if probe else None,
             store=store,
+            deep=deep,
         )
     return code
 
@@ -151,10 +162,46 @@ def _store_trust(settings: Settings) -> dict[str, Any]:
     return {"url": store, "signs_as": signs_as, "trusted_signers": list(trusted), "findings": findings}
 
 
-def _deep_findings(facts: Facts, backend: str) -> list[Finding]:
-    from jitguard.findings.checks import deep_checks
+def _deep(facts: Facts, backends: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``--deep``: per backend, what was imported in a subprocess (the package's GDN module, and in
+    FlashInfer's CuTeDSL era each GPU arch's kernel module), the outcome, the seconds and the findings (under
+    ``found``, which the caller moves into the backend's findings). The backends run at the same time."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
 
-    return deep_checks(facts, backend)
+    from jitguard.findings.checks import DEEP_IMPORTS, _gdn_kernels, deep_checks
+
+    def one(name: str) -> dict[str, Any]:
+        module = DEEP_IMPORTS.get(name)
+        if module is None:
+            return {
+                "imports": [],
+                "outcome": "none",
+                "detail": "no import to try (the op imports torch itself)",
+            }
+        package = "flashinfer-python" if name == "flashinfer" else "fla-core"
+        kernels = [k.module for k in _gdn_kernels(facts)] if name == "flashinfer" else []
+        if package in facts.packages.missing:
+            return {"imports": [], "outcome": "skipped", "detail": f"{package} is not installed"}
+        started = time.monotonic()
+        found = deep_checks(facts, name)
+        seconds = round(time.monotonic() - started, 1)
+        codes = [f.code for f in found]
+        detail = "imported in a subprocess" if not found else "failed: " + ", ".join(codes)
+        return {
+            "imports": [module, *kernels],
+            "outcome": "failed" if found else "ok",
+            "detail": detail,
+            "seconds": seconds,
+            "found": found,
+        }
+
+    with ThreadPoolExecutor(max_workers=len(backends)) as pool:
+        done = dict(zip(backends, pool.map(one, backends), strict=True))
+    for checked in done.values():
+        checked.setdefault("found", [])
+        checked.setdefault("seconds", 0.0)
+    return done
 
 
 def _compile_probe(facts: Facts, settings: Settings) -> ProbeResult:

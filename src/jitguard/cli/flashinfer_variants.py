@@ -43,7 +43,10 @@ class Selection:
             raise VariantError(
                 "flashinfer-python is not installed here: pass --flashinfer-version (e.g. 0.6.6) to plan for it"
             )
-        full = plan_for(version)
+        try:
+            full = plan_for(version)
+        except VariantError as exc:
+            raise VariantError(f"{exc}. {_no_family_fix(version)}") from None
         if not self.partial:
             return full, ()
         chosen = [parse_variant(name, full.family) for name in self.variant_names]
@@ -55,6 +58,25 @@ class Selection:
             chosen += planned.variants
             notes = planned.notes
         return plan_for(version, chosen), notes
+
+
+def _no_family_fix(version: str) -> str:
+    """What to do for a FlashInfer release without an nvcc GDN module: from 0.6.14 GDN prefill is CuTeDSL,
+    compiled in the process (nothing to prebuild); before 0.6.3 there are no instances to choose."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        newer = Version(version) >= Version("0.6.14")
+    except InvalidVersion:
+        return "Fix: give a release number such as --flashinfer-version 0.6.6."
+    if newer:
+        return (
+            "From 0.6.14 FlashInfer's GDN prefill is a CuTeDSL kernel compiled inside the serving process, so "
+            "there is nothing to prebuild with nvcc: jitguard compiles it once per host and keeps it "
+            "(docs/cutedsl.md). Fix: to plan an nvcc-era module, name one, e.g. "
+            "`jitguard build flashinfer-gdn --plan --flashinfer-version 0.6.13`"
+        )
+    return "Fix: `pip install -U 'flashinfer-python>=0.6.3'`, or plan for one: --flashinfer-version 0.6.6"
 
 
 def selection_from(args: argparse.Namespace) -> Selection:
@@ -84,6 +106,10 @@ def _config_path(text: str) -> Path:
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
+    if path.exists() and not path.is_file():
+        raise UsageError(
+            f"--model {text}: not a regular file (a FIFO, a device?); give the model's config.json"
+        )
     if not path.is_file():
         raise UsageError(
             f"--model {text}: no such file; give the model's config.json or the directory that holds it"

@@ -8,6 +8,7 @@ import statistics
 import time
 from typing import Any
 
+from jitguard.cli.parsing import needs_action
 from jitguard.errors import EXIT_FAILURE, EXIT_OK
 
 BACKENDS = ("auto", "flashinfer", "triton", "torch")
@@ -57,12 +58,7 @@ def configure(subparsers: Any) -> None:
     )
     explain.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     explain.set_defaults(execute=execute_explain)
-    parser.set_defaults(execute=lambda args: _usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
+    parser.set_defaults(execute=needs_action(parser, "jitguard gdn needs an action: run or explain"))
 
 
 def execute_explain(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from jitguard.errors import UsageError
+from jitguard.errors import ConfigError, UsageError
 
 
 def needs_action(parser: argparse.ArgumentParser, message: str) -> Callable[[argparse.Namespace], int]:
@@ -17,3 +17,18 @@ def needs_action(parser: argparse.ArgumentParser, message: str) -> Callable[[arg
         raise UsageError(message)
 
     return show
+
+
+def store_url(flag: str) -> Callable[[str], str]:
+    """The ``type=`` of a store URL flag (``--store``, ``--share``, ``--publish``): checked as JITGUARD_SHARE
+    is (``jitguard.config.parse_store_url``: ``file://relative/dir`` is refused with ``file:///abs/path``)."""
+
+    def parse(text: str) -> str:
+        from jitguard.config import parse_store_url
+
+        try:
+            return parse_store_url(text, name=flag)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse

@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from jitguard.findings.model import Finding
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
+_ASCII_MARK = {**_MARK, "error": ("x", "bold red")}
+
+
+def can_encode(stream: Any, text: str) -> bool:
+    """Whether ``stream`` (a text stream) can write ``text``: False on a plain-ASCII or Latin-1 terminal
+    (``PYTHONIOENCODING=ascii``), where jitguard writes plain ASCII instead."""
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 def console(stream: Any = None) -> Console:
@@ -38,8 +49,9 @@ def console(stream: Any = None) -> Console:
 
 
 def render_findings(out: Console, findings: Iterable[Finding], *, indent: str = "  ") -> None:
+    marks = _MARK if can_encode(out.file, _MARK["error"][0]) else _ASCII_MARK
     for f in findings:
-        mark, style = _MARK[f.severity]
+        mark, style = marks[f.severity]
         out.print(f"{indent}[{style}]{mark} {f.severity:<7}[/] [bold]{escape(f.code)}[/]  {escape(f.title)}")
         out.print(f"{indent}    {escape(f.cause)}")
         for line in f.evidence:
@@ -70,6 +82,7 @@ def render_doctor(
     engine: Mapping[str, Any] | None = None,
     probe: Mapping[str, Any] | None = None,
     store: Mapping[str, Any] | None = None,
+    deep: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     from jitguard.cli.machine import machine_rows
 
@@ -92,6 +105,9 @@ def render_doctor(
             render_findings(out, findings)
         else:
             out.print("  no findings")
+    if deep is not None:
+        out.print()
+        render_deep(out, deep)
     if probe is not None:
         out.print()
         render_probe(out, probe)
@@ -148,6 +164,19 @@ def render_doctor(
         out.print("[bold]What to do[/]")
         for i, line in enumerate(todo, 1):
             out.print(f"  {i}. {escape(line)}")
+
+
+def render_deep(out: Console, deep: Mapping[str, Mapping[str, Any]]) -> None:
+    """``doctor --deep``: what each backend's real import in a subprocess tried, and how it went."""
+    out.print(
+        "[bold]deep checks[/]  (real imports in a subprocess; their findings are in the sections above)"
+    )
+    for backend, checked in deep.items():
+        style = {"ok": "green", "failed": "red"}.get(str(checked["outcome"]), "dim")
+        took = f", {checked['seconds']:.1f} s" if checked.get("seconds") else ""
+        out.print(f"  {backend:<11}[{style}]{checked['outcome']}[/]  {escape(str(checked['detail']))}{took}")
+        for module in checked.get("imports") or ():
+            out.print(f"             [dim]import {escape(module)}[/]")
 
 
 def render_probe(out: Console, probe: Mapping[str, Any]) -> None:
@@ -233,6 +262,15 @@ def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
         if site:
             where = f"{site['module']}: {site['target']} (vLLM {site['releases']})"
             out.print(f"    [dim]where: {escape(where)}[/]")
+    blocking = _blocking(engine.get("choices") or ())
+    if blocking:
+        out.print("  why (each code above, once; `jitguard doctor --backend flashinfer` has the evidence):")
+    for finding in blocking:
+        out.print(f"    {escape('[' + finding['code'] + ']')} {escape(finding['title'])}")
+        if finding.get("fixes"):
+            fix = finding["fixes"][0]
+            command = f" `{escape(fix['command'])}`" if fix.get("command") else ""
+            out.print(f"      fix: {escape(fix['text'])}{command}")
     for note in _notes(engine.get("choices") or ()):
         code = escape(f"[{note['code']}]")
         out.print(f"  note: {code} {escape(note['title'])}")
@@ -246,6 +284,16 @@ def render_engine(out: Console, engine: Mapping[str, Any]) -> None:
         "  [dim]A FlashInfer module that fails to build in the engine anyway is recorded: the next start takes "
         "vLLM's own path at once.[/]"
     )
+
+
+def _blocking(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The distinct blocking findings behind the rows' "cannot work here (codes)", once each."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        for f in row.get("findings", ()):
+            if f.get("severity") == "error":
+                found.setdefault(f["code"], f)
+    return list(found.values())
 
 
 def _notes(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

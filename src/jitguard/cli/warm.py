@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from jitguard.cli.parsing import needs_action
+from jitguard.cli.parsing import needs_action, store_url
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 _LAYERS_HELP = (
@@ -37,7 +37,12 @@ def configure(subparsers: Any) -> None:
         ("show", "say which caches are where here, and what the store holds for this stack"),
     ):
         sub = actions.add_parser(action, help=text, description=text)
-        sub.add_argument("--store", metavar="URL", help="the artifact store (default: JITGUARD_SHARE)")
+        sub.add_argument(
+            "--store",
+            metavar="URL",
+            type=store_url("--store"),
+            help="the artifact store (default: JITGUARD_SHARE)",
+        )
         sub.add_argument("--name", help="the snapshot's name (default: JITGUARD_WARM_NAME or 'default')")
         sub.add_argument(
             "--arch", help="the GPU arch as a compute capability, e.g. 9.0 (default: this host's GPU)"
@@ -93,6 +98,8 @@ def execute(args: argparse.Namespace) -> int:
     if not settings.share_url and args.warm_action != "show":
         raise UsageError("no artifact store: give --store URL or set JITGUARD_SHARE")
     caches = warm_start.engine_layers(settings, names)
+    if args.warm_action == "restore":
+        _refuse_a_file_in_the_way(caches)
     url = describe_url(settings.share_url) if settings.share_url else None
     payload: dict[str, Any] = {
         "action": args.warm_action,
@@ -228,6 +235,21 @@ def _keygen(args: argparse.Namespace) -> int:
         f"  On every host that restores: put the line above (key {public.key_id}) into JITGUARD_TRUSTED_KEYS.\n"
     )
     return EXIT_OK
+
+
+def _refuse_a_file_in_the_way(caches: Any) -> None:
+    """A cache root that is a file, or sits under one, cannot be restored into: say which and what to move
+    before the store is read (the restore would fail with a bare FileExistsError)."""
+    from jitguard.errors import DirectoryInTheWay
+    from jitguard.facts.disk import probe_path
+    from jitguard.findings.checks_disk import blocked_directory, in_the_way
+
+    for cache in caches:
+        entry = probe_path(cache.root)
+        if in_the_way(entry):
+            what = f"the {cache.name} cache"
+            findings = blocked_directory(entry, f"{what} ({entry.path})", cache.variable)
+            raise DirectoryInTheWay(what, entry.path, findings)
 
 
 def _layers(text: str | None, known: tuple[str, ...]) -> tuple[str, ...]:

@@ -108,7 +108,7 @@ def layer(name: str, env: Mapping[str, str], jitguard_cache_dir: Path) -> CacheL
         return CacheLayer(
             name,
             Path(jitguard_cache_dir) / "kernels",
-            "JITGUARD_CACHE_DIR" if env.get("JITGUARD_CACHE_DIR") else None,
+            "JITGUARD_CACHE_DIR" if (env.get("JITGUARD_CACHE_DIR") or "").strip() else None,
         )
     raise ValueError(f"unknown cache layer {name!r} (known: {', '.join(LAYER_NAMES)})")
 

@@ -8,6 +8,7 @@ is also what ``jitguard cache`` reports for the directory it was given.
 from __future__ import annotations
 
 import os
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from jitguard.config import format_bytes
@@ -97,6 +98,58 @@ def own_cache_dir(entry: PathFacts) -> list[Finding]:
     )
 
 
+def in_the_way(entry: PathFacts) -> bool:
+    """A file stands where the directory ``entry`` is, or above it: nothing can be read there or made."""
+    if entry.exists and not entry.is_dir:
+        return True
+    return entry.existing is not None and not os.path.isdir(entry.existing)
+
+
+def blocked_directory(
+    entry: PathFacts, purpose: str, variable: str | None = "JITGUARD_CACHE_DIR"
+) -> list[Finding]:
+    """``cache-dir-unwritable`` (an error) for a directory a command must use, ``purpose`` naming it;
+    ``variable``: the one that moves it (None: no such fix)."""
+    relocate = {
+        "relocate_text": f"Or point {variable} at a directory of your own:",
+        "relocate_command": f"export {variable}=/path/of/your/own",
+    }
+    return _directory(
+        entry,
+        backend="any",
+        purpose=purpose,
+        unwritable_severity="error",
+        consequence="The command cannot use it.",
+        min_free=None,
+        low_purpose=purpose,
+        loader="jitguard",
+        relocate=relocate if variable else {},
+    )
+
+
+def _repair(entry: PathFacts) -> dict[str, str]:
+    """The first fix of ``cache-dir-unwritable``, for what is in the way: a file where the directory should
+    be (or above it), a read-only file system (no command: remount or move it), else ownership."""
+    path = shlex.quote(entry.path)
+    if entry.exists and not entry.is_dir:
+        return {
+            "repair_text": f"{entry.path} is a file, not a directory: move it aside and make the directory:",
+            "repair_command": f"mv {path} {path}.moved && mkdir -p {path}",
+        }
+    if entry.existing and not os.path.isdir(entry.existing):
+        above = shlex.quote(entry.existing)
+        return {
+            "repair_text": f"{entry.existing} is a file, so {entry.path} cannot be made under it: move it aside:",
+            "repair_command": f"mv {above} {above}.moved && mkdir -p {path}",
+        }
+    if entry.read_only_fs:
+        return {}  # only moving it (the next fix) or remounting helps
+    return {
+        "repair_text": "Give this user the directory:",
+        "repair_command": f"mkdir -p {path} && chown -R $(id -u):$(id -g) {path}",
+    }
+
+
 def _directory(
     entry: PathFacts,
     *,
@@ -125,6 +178,7 @@ def _directory(
                 uid=os.geteuid(),
                 error=entry.error or "not writable",
                 consequence=consequence,
+                **_repair(entry),
                 **relocate,
             )
         )

@@ -7,12 +7,13 @@ directory concern every backend and carry ``backend="any"``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from jitguard.config import MemorySpec, format_bytes, parse_memory_spec, parse_size
+from jitguard.config import MemorySpec, format_bytes, read
 from jitguard.errors import ConfigError
 from jitguard.facts.capacity import ninja_default_jobs, plan_jobs
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
@@ -188,19 +189,11 @@ def _settings_budget(facts: Facts) -> tuple[MemorySpec | None, int | None]:
     Settings.from_env), so here they count as unset: pre-flight never raises over a setting."""
     env = facts.environment
     budget = job = None
-    try:
-        raw = env.get("JITGUARD_MEMORY_BUDGET")
-        budget = parse_memory_spec(raw, name="JITGUARD_MEMORY_BUDGET") if raw else None
-    except ConfigError:
-        pass
-    try:
-        raw = env.get("JITGUARD_JOB_MEMORY")
-        job = parse_size(raw, name="JITGUARD_JOB_MEMORY") if raw else None
-    except ConfigError:
-        pass
-    if budget is not None and budget.bytes is not None and budget.bytes <= 0:
-        budget = None
-    return budget, (job if job is not None and job > 0 else None)
+    with contextlib.suppress(ConfigError):
+        budget = read("JITGUARD_MEMORY_BUDGET", env.as_dict())
+    with contextlib.suppress(ConfigError):
+        job = read("JITGUARD_JOB_MEMORY", env.as_dict())
+    return budget, job
 
 
 def _memory(facts: Facts) -> list[Finding]:

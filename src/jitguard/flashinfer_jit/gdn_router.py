@@ -302,7 +302,13 @@ def is_routed(gdn_prefill: ModuleType) -> bool:
 
 
 def _disabled_now() -> bool:
-    return os.environ.get("JITGUARD_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
+    from jitguard.config import read
+    from jitguard.errors import ConfigError
+
+    try:
+        return bool(read("JITGUARD_DISABLE"))
+    except ConfigError:  # malformed: routing began with it valid (Settings.from_env); keep routing
+        return False
 
 
 # ---- the build stage's defaults (FlashInfer is imported: the router runs inside it) ----------------------

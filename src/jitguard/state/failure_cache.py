@@ -130,9 +130,10 @@ def _text(value: Any) -> str:
 
 def ttl_from_env(env: Mapping[str, str] | None = None) -> float:
     """JITGUARD_FAILURE_TTL ('168h', '90m' or seconds; parsed with the other settings) or 7 days."""
-    from jitguard.config import Settings
+    from jitguard.config import read
 
-    return Settings.from_env(env).failure_ttl
+    ttl = read(TTL_ENV, env)
+    return DEFAULT_TTL_S if ttl is None else float(ttl)
 
 
 class FailureCache:

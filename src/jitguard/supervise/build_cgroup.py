@@ -108,10 +108,12 @@ def sweep(directory: Path, version: int) -> int:
 
 def create(choice: str | None = None, *, proc: Path = Path("/proc")) -> Cgroup | None:
     """A new, empty cgroup for one attempt below this process's own, or None where none can be made."""
-    choice = (choice or os.environ.get(CGROUP_ENV) or "auto").lower()
+    from jitguard.config import read
+
+    choice = (choice or read(CGROUP_ENV) or "auto").lower()  # a malformed JITGUARD_CGROUP: ConfigError
     if choice == "off":
         return None
-    kinds = {"auto": ("v2", "freezer"), "v2": ("v2",), "freezer": ("freezer",)}.get(choice, ("v2", "freezer"))
+    kinds = {"auto": ("v2", "freezer"), "v2": ("v2",), "freezer": ("freezer",)}[choice]
     me = os.getpid()
     name = f"{CGROUP_PREFIX}{me}-{start_time(me)}-{next(_COUNTER)}"
     for kind in kinds:

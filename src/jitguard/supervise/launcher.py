@@ -40,6 +40,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jitguard import config
+from jitguard.errors import ConfigError
 from jitguard.fleet import compiler_cache_launch
 from jitguard.supervise import slots
 from jitguard.supervise.keeper import PR_SET_PDEATHSIG, prctl
@@ -62,9 +64,11 @@ def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:
     options, command = args[:split], args[split + 1 :]
     if not command:
         raise ValueError("no command after '--'")
-    directory: Path | None = Path(os.environ[SLOTS_DIR_ENV]) if os.environ.get(SLOTS_DIR_ENV) else None
-    count_text = os.environ.get(SLOT_COUNT_ENV, "")
-    count: int | None = int(count_text) if count_text.isascii() and count_text.isdigit() else None
+    directory: Path | None = config.read(SLOTS_DIR_ENV)
+    try:
+        count: int | None = config.read(SLOT_COUNT_ENV)
+    except ConfigError:
+        count = None
     it = iter(options)
     for flag in it:
         value = next(it, None)
@@ -85,7 +89,7 @@ def _parse(argv: Sequence[str]) -> tuple[Path | None, int, list[str]]:
 
 def _grace() -> float:
     try:
-        return max(0.0, float(os.environ.get(GRACE_ENV, _DEFAULT_GRACE_S)))
+        return max(0.0, float(config.read(GRACE_ENV) or _DEFAULT_GRACE_S))
     except ValueError:
         return _DEFAULT_GRACE_S
 

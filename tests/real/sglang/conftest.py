@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from release_preparation import NotPrepared, Preparation, skip_or_fail, start_when_selected, terminal
+from release_preparation import (
+    CI_ROOT,
+    NotPrepared,
+    Preparation,
+    skip_or_fail,
+    start_when_selected,
+    terminal,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("sglang_scenario.py")
@@ -29,7 +36,7 @@ PREPARE_TIMEOUT = 1800  # seconds for every release, in parallel (see tests/real
 CUTEDSL_FROM = (
     "0.6.14"  # FlashInfer's SM90 GDN prefill moved from an nvcc JIT module to CuTeDSL (its PR #3477)
 )
-ROOT = Path(os.environ.get("JITGUARD_SGLANG_ROOT", "/tmp/jitguard-ci/sglang"))
+ROOT = Path(os.environ.get("JITGUARD_SGLANG_ROOT") or CI_ROOT / "sglang")
 # What `nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total,uuid` prints on each host.
 GPUS = {
     "H200": "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000",

@@ -68,4 +68,34 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         fixes=(FixTemplate("{repair}", "{repair_command}"), _REPORT, _BYPASS),
         area=_AREA,
     ),
+    CatalogEntry(
+        code="config-invalid",
+        severity="error",
+        title="{name}={value} is not a value jitguard accepts",
+        cause=(
+            "{name} ({meaning}) accepts {accepted}. Every jitguard command that reads it stops on it with exit code "
+            "2 (`jitguard doctor` lists every such variable at once) until it is fixed."
+        ),
+        fixes=(
+            FixTemplate("Unset it to get its default ({default}):", "unset {name}"),
+            FixTemplate("Or set it to an accepted value, e.g.:", "export {name}={example}"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="config-unknown",
+        severity="warning",
+        title="{name} is not a variable jitguard reads",
+        cause=(
+            "jitguard reads no variable of that name, so {name} has no effect (a misspelt one reads as "
+            'unset). README.md, "Settings", lists the variables jitguard reads.'
+        ),
+        fixes=(
+            FixTemplate(
+                "Did you mean {suggestion}? Rename it:", 'export {suggestion}="${name}" && unset {name}'
+            ),
+            FixTemplate("Or remove it:", "unset {name}"),
+        ),
+        area=_AREA,
+    ),
 )

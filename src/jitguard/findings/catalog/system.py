@@ -129,9 +129,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         title="Cannot write to {path}",
         cause="{purpose} must be writable by this user (uid {uid}): {error}. {consequence}",
         fixes=(
-            FixTemplate(
-                "Give this user the directory:", "mkdir -p {path} && chown -R $(id -u):$(id -g) {path}"
-            ),
+            FixTemplate("{repair_text}", "{repair_command}"),
             FixTemplate("{relocate_text}", "{relocate_command}"),
         ),
         area=_AREA,
