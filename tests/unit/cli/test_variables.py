@@ -124,7 +124,11 @@ def test_every_setting_parses_its_documented_default_or_an_accepted_example() ->
     for name, variable in VARIABLES.items():
         value = variable.choices[0] if variable.choices else _example(variable)
         read(name, {name: value})  # does not raise
-    assert Settings.from_env({}) == Settings.from_env({name: "" for name in VARIABLES})
+    # An empty value reads as unset, but for the trusted keys: a blank list is refused where it is parsed
+    # (fleet.signing), never taken for "no keys", which would accept any manifest.
+    blank = {name: "" for name in VARIABLES if name != "JITGUARD_TRUSTED_KEYS"}
+    assert Settings.from_env({}) == Settings.from_env(blank)
+    assert Settings.from_env({"JITGUARD_TRUSTED_KEYS": ""}).trusted_keys == ""
 
 
 def _doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
