@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 NEEDS_FSSPEC = pytest.mark.skipif(
-    importlib.util.find_spec("fsspec") is None, reason="needs fsspec (pip install 'jitguard[share]')"
+    importlib.util.find_spec("fsspec") is None, reason="needs fsspec (pip install fsspec: the 'share' extra)"
 )
 
 

@@ -2,7 +2,7 @@
 
 One host builds a module and publishes it; every other host with the same build identity and the same
 variant fetches it instead of compiling. The URL is anything fsspec opens: ``file:///shared/jitguard`` (a
-shared filesystem: fsspec alone), ``s3://bucket/prefix`` (``pip install 'jitguard[s3]'``: s3fs),
+shared filesystem: fsspec alone), ``s3://bucket/prefix`` (s3fs: jitguard's ``s3`` extra),
 ``gs://bucket/prefix`` (gcsfs). fsspec and its backends are imported only when a store is used.
 
 Layout under the URL::
@@ -312,13 +312,13 @@ class ArtifactStore:
                 import fsspec
             except ImportError as exc:
                 raise StoreUnavailable(
-                    f"fsspec is not installed ({exc}); pip install 'jitguard[share]'"
+                    f"fsspec is not installed ({exc}); pip install fsspec (jitguard's 'share' extra)"
                 ) from None
             try:
                 fs, root = fsspec.core.url_to_fs(self.url, **_options(self.url, self.timeout))
             except ImportError as exc:
                 raise StoreUnavailable(
-                    f"no fsspec backend for {describe_url(self.url)} ({exc}); for s3:// pip install 'jitguard[s3]'"
+                    f"no fsspec backend for {describe_url(self.url)} ({exc}); for s3:// pip install s3fs, for gs:// gcsfs (jitguard's 's3' and 'gcs' extras)"
                 ) from None
             except (ValueError, OSError) as exc:
                 raise StoreUnavailable(f"cannot open {describe_url(self.url)}: {exc}") from None
