@@ -66,3 +66,24 @@ def dsl_file(name: str, suffix: str) -> str:
                 if str(file).endswith(suffix):
                     return str(file)
     pytest.skip(f"the installed DSL has no {name} file ending with {suffix}")
+
+
+def python_without_dsl(root: Path) -> Path:
+    """The python of a real venv at ``root`` (site enabled, .pth files read) holding this interpreter's
+    packages (as links) but no nvidia-cutlass-dsl: the machine of a user whose DSL came with ``pip install
+    --target`` onto PYTHONPATH. This venv's own DSL would otherwise rescue such a path: its .pth inserts the
+    ``dsl_packages`` of the first ``nvidia_cutlass_dsl`` portion on sys.path, the PYTHONPATH one."""
+    import site
+    import venv
+
+    venv.create(root, with_pip=False)
+    [target] = list((root / "lib").glob("python3*/site-packages"))
+    for site_dir in map(Path, [*site.getsitepackages(), site.getusersitepackages()]):
+        if not site_dir.is_dir() or site_dir.resolve() == target.resolve():
+            continue
+        for entry in site_dir.iterdir():
+            name = entry.name.lower()
+            hidden = name.startswith("nvidia_cutlass_dsl") or name.startswith("__editable__")
+            if not hidden and not (target / entry.name).exists():
+                (target / entry.name).symlink_to(entry)
+    return root / "bin" / "python"
