@@ -124,6 +124,54 @@ def test_explicit_flashinfer_fails_at_engine_init(doomed: tuple[dict[str, Any], 
         assert run["vllm_choice"] == ["flashinfer", "flashinfer"]
 
 
+# ---- CuTeDSL era: the DSL installed, its packages off the path (pip --target skips its .pth) -------------
+# On the H100 this was "passed pre-flight", ready, then NotImplementedError('SM90 GDN prefill DSL kernel is
+# unavailable') at the first request. Run with a venv that has no DSL of its own (its .pth would rescue it).
+@pytest.fixture(scope="module")
+def off_path(release: Any, situations: Any, python_without_the_dsl: Any) -> tuple[dict[str, Any], str, Any]:
+    if release.era != "cutedsl":
+        pytest.skip(f"vLLM {release.version} pins an nvcc-era FlashInfer: nothing imports the DSL")
+    spec = {"requests": ["triton", "auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH}
+    env = situations.hopper(libcuda=True)
+    result, output = release.without_dsl_path().run(spec, env, python=python_without_the_dsl)
+    return result, output, release
+
+
+def test_dsl_off_the_path_is_the_one_reason(off_path: tuple[dict[str, Any], str, Any]) -> None:
+    result, _, _ = off_path
+    assert not result["status"]["usable"]
+    assert result["status"]["blocking"] == ["cutlass-dsl-off-path"]
+
+
+def test_dsl_off_the_path_sends_auto_to_triton_with_one_warning_and_the_fix(
+    off_path: tuple[dict[str, Any], str, Any],
+) -> None:
+    result, output, release = off_path
+    run = run_for(result, "auto")
+    assert run["error"] is None
+    assert run["layers"] == ["triton"] * 3
+    assert run["vllm_choice"] == ["auto", "flashinfer"]  # stock vLLM: ready, then dead at the first request
+    assert run["resolver"] == ["auto", "triton"]
+    [warning] = fallback_warnings(output)
+    assert "[cutlass-dsl-off-path]" in warning
+    [packages] = release.dsl_packages
+    assert f"export PYTHONPATH={packages}" in warning
+
+
+def test_dsl_off_the_path_refuses_explicit_flashinfer_at_init_with_the_fix(
+    off_path: tuple[dict[str, Any], str, Any],
+) -> None:
+    result, _, release = off_path
+    run = run_for(result, "flashinfer")
+    assert run["layers"] == []
+    error = run["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert error["codes"] == ["cutlass-dsl-off-path"]
+    [packages] = release.dsl_packages
+    assert f"export PYTHONPATH={packages}" in error["message"]
+    assert "--gdn-prefill-backend triton" in error["message"]
+
+
 # ---- a failure recorded in jitguard's failure cache -----------------------------------------------------
 @pytest.fixture(scope="module")
 def cached_failure(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
