@@ -147,17 +147,19 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         "flashinfer": fi,
         "environment": run("environment", lambda: environment.probe(env)),
     }
-    dsl = dsl_where = None
-    if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
-        dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
-        majors = {major for major, _ in gpu_facts.capability_pairs()} if "gpu" not in unavailable else set()
-        dsl_where = run("dsl_path", lambda: dsl_path.probe(fi.package_dir, majors))
     triton = pkgs.get("triton") if "packages" not in unavailable else None
     jit = None
     if triton is not None:
         where = os.path.join(triton.location, "triton") if triton.location else None
         jit = run("triton_jit", lambda: triton_jit.probe(triton.version, env, triton_dir=where))
-    key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
+    dsl = dsl_where = None
+    if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
+        dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
+        majors = {major for major, _ in gpu_facts.capability_pairs()} if "gpu" not in unavailable else set()
+        dsl_where = run("dsl_path", lambda: dsl_path.probe(fi.package_dir, majors))
+    key = run(
+        "fingerprint", lambda: fingerprint.compute(**parts, dsl_path=dsl_where, unavailable=unavailable)
+    )
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"
     places: dict[str, Path] = {"cache_dir": cache_dir, "triton_cache_dir": filesystems.triton_cache_dir(env)}

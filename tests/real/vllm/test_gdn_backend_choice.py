@@ -229,3 +229,64 @@ def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None
         assert run["error"] is None
         assert run["layers"] == ["flashinfer"]  # vLLM's own choice on an SM90 platform, even though doomed
     assert "jitguard" not in output
+
+
+# ---- vLLM's own GDN prefill warmup as evidence (0.24+) ------------------------------------------------------
+# Pre-flight passes (an H200 host as the facts see it), and FlashInfer's real GDN prefill call then fails in
+# vLLM's warmup (no GPU here): a cause jitguard's verdict did not foresee. vLLM alone logs a warning and
+# reports ready; jitguard moves the layers to Triton/FLA first (auto) or stops the start (named), and records
+# the failure so the next start decides in the pre-flight.
+WARMUP_FAILED = "jitguard: FlashInfer GDN prefill failed on first use: [engine-warmup-failed]"
+
+
+@pytest.fixture(scope="module")
+def warmup(release: Any, situations: Any) -> tuple[dict[str, Any], str, dict[str, Any], str]:
+    if minor(release) < 24:
+        pytest.skip(f"vLLM {release.version} has no GDN prefill warmup")
+    env = situations.hopper(libcuda=True)
+    spec = {"requests": ["auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH, "warmup": True}
+    first, first_output = release.run(spec, env)
+    again = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH, "warmup": True}
+    second, second_output = release.run(again, env)  # the next start, same host, same caches
+    return first, first_output, second, second_output
+
+
+def test_a_failed_warmup_moves_auto_to_triton_before_ready(warmup: Any) -> None:
+    result, output, _, _ = warmup
+    run = run_for(result, "auto")
+    assert run["layers"] == ["flashinfer"] * 3  # pre-flight passed: vLLM's choice stood at init
+    assert run["error"] is None
+    assert run["warmed"] == ["triton"] * 3  # the first layer's warmup failed; every layer moved
+    warnings = [line for line in output.splitlines() if WARMUP_FAILED in line]
+    assert len(warnings) == 1, output[-4000:]
+    assert "Triton/FLA" in warnings[0] and "recorded" in warnings[0]
+    assert not result["proven"]
+
+
+def test_a_failed_warmup_is_recorded_for_the_next_start(warmup: Any) -> None:
+    result, _, _, _ = warmup
+    assert {
+        "module": "gdn-prefill/flashinfer",
+        "codes": ["engine-warmup-failed"],
+        "this_fingerprint": True,
+    } in (result["failure_cache"])
+
+
+def test_the_next_start_decides_in_the_pre_flight(warmup: Any) -> None:
+    _, _, result, output = warmup
+    assert "gdn-cached-failure" in result["status"]["blocking"]
+    auto = run_for(result, "auto")
+    assert auto["layers"] == ["triton"] * 2  # at init, before any warmup
+    named = run_for(result, "flashinfer")
+    assert named["error"] is not None and "gdn-cached-failure" in named["error"]["codes"]
+    assert WARMUP_FAILED not in output
+
+
+def test_a_failed_warmup_of_named_flashinfer_stops_the_start(warmup: Any) -> None:
+    result, _, _, _ = warmup
+    run = run_for(result, "flashinfer")
+    # This process already knows FlashInfer failed (the auto run's warmup): the named request is refused at
+    # init, with the warmup's evidence.
+    error = run["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert "engine-warmup-failed" in error["codes"]
