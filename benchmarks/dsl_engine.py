@@ -11,8 +11,8 @@ the DSL imports (make_payload.sh leaves it out; it pins the DSL at 4.6.0).
     python3 benchmarks/dsl_engine.py run --group off|healthy --site /tmp/site [--quack DIR] --work DIR --out FILE.jsonl
     python3 benchmarks/dsl_engine.py table OFF.jsonl HEALTHY.jsonl --out benchmarks/results/dsl_engine.md
 
-Rows of a group share one set of caches (vLLM's, Triton's, Inductor's, FlashInfer's, jitguard's), so the first
-row of a run pays the cold compiles; each engine runs in a session of its own and is killed by process group
+Every row shares one set of vLLM's, Triton's, Inductor's and FlashInfer's caches under --work (the first row
+run there pays the cold compiles), and each group has a jitguard cache of its own; each engine runs in a session of its own and is killed by process group
 after. ``JITGUARD_DISABLE=1`` makes a row stock.
 """
 
@@ -51,7 +51,28 @@ GROUPS = {
         ("stock, DSL healthy (again)", True, "auto"),
         ("jitguard, DSL healthy (again)", False, "auto"),
     ),
+    # The DSL healthy, FlashInfer's SM90 kernel module failing to import (as a broken native library would):
+    # nothing the cheap pre-flight reads shows it, only the engine's own warmup call does.
+    "unforeseen": (
+        ("stock, SM90 kernel import fails", True, "auto"),
+        ("jitguard, SM90 kernel import fails", False, "auto"),
+        ("jitguard, SM90 kernel import fails (next start)", False, "auto"),
+    ),
 }
+KERNEL = "flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm90"
+# Loaded by every process of the engine (sitecustomize on PYTHONPATH): the kernel module's import raises.
+REFUSE = f"""import importlib.abc, sys
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {KERNEL!r}:
+            raise ImportError("libcute_dsl_native.so: cannot open shared object file (dsl_engine.py's stand-in)")
+        return None
+
+
+sys.meta_path.insert(0, _Refuse())
+"""
 CHOSEN = re.compile(r"Using (\S+) GDN prefill kernel")
 DEATH = ("DSL kernel is unavailable", "EngineDeadError", "NotImplementedError")
 
@@ -112,21 +133,26 @@ def run(args: argparse.Namespace) -> None:
     model.mkdir(exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "VLLM_", "PYTHONPATH"))}
     path = [str(SRC), str(args.site)]
-    if args.group == "healthy":
+    if args.group in ("healthy", "unforeseen"):
         path.append(str(args.site / "nvidia_cutlass_dsl" / "dsl_packages"))
         if args.quack:
             path.append(str(args.quack))
+    if args.group == "unforeseen":
+        refuse = work / "refuse-sm90-kernel"
+        refuse.mkdir(exist_ok=True)
+        (refuse / "sitecustomize.py").write_text(REFUSE)
+        path.insert(0, str(refuse))
     base["PYTHONPATH"] = os.pathsep.join(path)
     subprocess.run(
         [sys.executable, str(HERE / "vllm_engine_start.py"), "model", str(model)], check=True, env=base
     )
-    caches = work / f"caches-{args.group}"
+    caches = work / "caches"  # vLLM's, Triton's, Inductor's, FlashInfer's: shared by the groups run here
     base.update(
         VLLM_CACHE_ROOT=str(caches / "vllm"),
         TRITON_CACHE_DIR=str(caches / "triton"),
         TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
         FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"),
-        JITGUARD_CACHE_DIR=str(caches / "jitguard"),
+        JITGUARD_CACHE_DIR=str(caches / f"jitguard-{args.group}"),
         VLLM_USE_FLASHINFER_SAMPLER="0",
         PYTHONUNBUFFERED="1",
     )
@@ -208,8 +234,13 @@ def table(args: argparse.Namespace) -> None:
         + ". vLLM's default config (torch.compile and CUDA graphs on), a tiny random-weight Qwen3-Next "
         "(benchmarks/vllm_engine_start.py, `load_format=dummy`), TP1, `--gdn-prefill-backend` as given (auto: "
         'not given). "DSL off the path": the DSL installed with `pip install --target` (its .pth never read), '
-        '`import cutlass` -> ModuleNotFoundError; "healthy": its `dsl_packages` on PYTHONPATH. Each group '
-        "shares one set of caches, empty at its first row. Command: `python3 benchmarks/dsl_engine.py run ...`, "
+        '`import cutlass` -> ModuleNotFoundError; "healthy": its `dsl_packages` on PYTHONPATH; "SM90 kernel '
+        'import fails": healthy, and a sitecustomize makes `import '
+        + KERNEL
+        + "` raise ImportError in every "
+        "process (what a broken native library does; FlashInfer swallows it, nothing the cheap pre-flight reads "
+        "shows it). The rows share vLLM's, Triton's, Inductor's and FlashInfer's caches, empty at the first row "
+        "(groups run in the order shown); each group has a jitguard cache of its own. Command: `python3 benchmarks/dsl_engine.py run ...`, "
         "then `table`.",
         "",
         "| engine | --gdn-prefill-backend | GDN prefill vLLM used | vLLM warmup failures | ready (s) | first "
