@@ -41,7 +41,7 @@ log = logging.getLogger("jitguard.vllm")
 
 METHOD = "_warmup_prefill_kernels"
 TRITON = "triton"
-WHERE = "its GDN prefill warmup, `_warmup_prefill_kernels`, during the profile run"
+WHERE = "GDN prefill warmup (`_warmup_prefill_kernels`, in the profile run)"
 _state: dict[str, Any] = {"requested": "auto"}  # one per process: the resolver site tells it
 
 
