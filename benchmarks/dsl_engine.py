@@ -167,10 +167,11 @@ def run(args: argparse.Namespace) -> None:
         group=args.group, cutlass_import=(probe.stdout.strip() or probe.stderr.strip().splitlines()[-1:])
     )
     rows: list[dict[str, Any]] = []
-    for i, (label, stock, gdn) in enumerate(GROUPS[args.group][: args.rows]):
+    chosen = [GROUPS[args.group][int(i)] for i in args.pick.split(",")] if args.pick else GROUPS[args.group]
+    for i, (label, stock, gdn) in enumerate(chosen[: args.rows]):
         left = budget.left()
         if left < MIN_ROW_S:
-            meta["skipped"] = [name for name, _, _ in GROUPS[args.group][i : args.rows]]
+            meta["skipped"] = [name for name, _, _ in chosen[i : args.rows]]
             break
         env = dict(base)
         if stock:
@@ -287,6 +288,7 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--budget", type=float, default=560.0, help="seconds for the group (one device call)")
     r.add_argument("--rows", type=int, default=None, help="run only the group's first ROWS rows")
+    r.add_argument("--pick", help="run only these rows of the group, e.g. 1,0 (their indexes, in this order)")
     t = sub.add_parser("table")
     t.add_argument("results", nargs="+")
     t.add_argument("--out", required=True)
