@@ -11,6 +11,17 @@ the DSL imports (make_payload.sh leaves it out; it pins the DSL at 4.6.0).
     python3 benchmarks/dsl_engine.py run --group off|healthy --site /tmp/site [--quack DIR] --work DIR --out FILE.jsonl
     python3 benchmarks/dsl_engine.py table OFF.jsonl HEALTHY.jsonl --out benchmarks/results/dsl_engine.md
 
+On the device, with the payload built here (``echo /.gpu/ >> $(git rev-parse --git-common-dir)/info/exclude;
+../shared/gpu-e2e/make_payload.sh 0.26.0 .gpu 'nvidia-cutlass-dsl[cu13]==4.6.0'``: 5 parts), each part in a
+carried folder of its own (``.gpu/c0`` .. ``.gpu/c3``; ``.gpu/c4``: part.4, the zstandard wheel, unpack.py and
+``pip download --no-deps quack-kernels==0.6.0``), one call per folder, back to back (the host keeps /tmp 30 s):
+``mkdir -p /tmp/p && cp .gpu/cN/* /tmp/p/``; the last one then unpacks and runs a group:
+``python3 -m pip install -q --no-index --no-deps --target /tmp/zst /tmp/p/zstandard-*.whl && PYTHONPATH=/tmp/zst
+python3 /tmp/p/unpack.py /tmp /tmp/p/part.* && python3 -m pip install -q --no-index --no-deps --target /tmp/quack
+/tmp/p/quack_kernels-*.whl && python3 benchmarks/dsl_engine.py run --group off --site /tmp/site --work /tmp/de
+--out $OUT/off.jsonl``, and the next calls (warm) ``--group healthy --quack /tmp/quack``, ``--group unforeseen
+--quack /tmp/quack``.
+
 Every row shares one set of vLLM's, Triton's, Inductor's and FlashInfer's caches under --work (the first row
 run there pays the cold compiles), and each group has a jitguard cache of its own; each engine runs in a session of its own and is killed by process group
 after. ``JITGUARD_DISABLE=1`` makes a row stock.
