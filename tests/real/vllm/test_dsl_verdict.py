@@ -179,3 +179,35 @@ def test_a_dsl_without_a_module_the_kernel_imports_is_named(
     assert finding["severity"] == "error"
     assert "(cutlass.pipeline)" in finding["title"]
     assert "cutlass-dsl-install-damaged" in found  # the files its RECORD lists are gone too
+
+
+STRICT = """
+import json
+from jitguard.errors import BackendUnavailable
+from jitguard.gdn.dispatch import resolve
+try:
+    resolve("flashinfer")
+    print("RESULT " + json.dumps(None))
+except BackendUnavailable as exc:
+    print("RESULT " + json.dumps({"codes": [f.code for f in exc.findings], "message": str(exc)}))
+"""
+
+
+def test_strict_flashinfer_raises_with_the_directory_to_export(
+    off_path: Any, cutedsl: Any, python_without_the_dsl: Path
+) -> None:
+    _, workdir = off_path
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "FLASHINFER_"))}
+    env.update(
+        PYTHONPATH=src_path(cutedsl) + cutedsl.without_dsl_path().pythonpath,
+        JITGUARD_CACHE_DIR=str(workdir / "jitguard-cache"),
+    )
+    proc = subprocess.run(
+        [str(python_without_the_dsl), "-c", STRICT], env=env, capture_output=True, text=True, timeout=300
+    )
+    [line] = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    raised = json.loads(line[len("RESULT ") :])
+    assert raised is not None, "the named backend was not refused"
+    assert "cutlass-dsl-off-path" in raised["codes"]
+    [packages] = cutedsl.dsl_packages
+    assert f"export PYTHONPATH={packages}" in raised["message"]
