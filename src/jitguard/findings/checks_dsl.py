@@ -184,6 +184,16 @@ def dsl_cause(probe: ImportProbe, facts: Facts) -> dict[str, str] | None:
     if probe.ok or not _from_dsl(probe):
         return None
     fi = facts.flashinfer
+    off_path = _off_path_copy(facts)
+    if off_path is not None:
+        return {
+            "context": (
+                f"The error comes from the CUTLASS DSL: nvidia-cutlass-dsl {off_path.version} is installed, but "
+                f"its packages ({off_path.packages_dir}) are not on sys.path (cutlass-dsl-off-path)."
+            ),
+            "repair": "Put the DSL's packages on the path of every process of the engine:",
+            "repair_command": _path_command(off_path.packages_dir),
+        }
     dsl = _installed_dsl(facts)
     damaged = [d.name for d in dsl.dists if damage(d)] if dsl is not None else []
     if dsl is not None and damaged:
@@ -211,6 +221,24 @@ def dsl_cause(probe: ImportProbe, facts: Facts) -> dict[str, str] | None:
         ),
         "repair_command": "pip install --force-reinstall " + _quoted(f"nvidia-cutlass-dsl{extra}{pinned}"),
     }
+
+
+def _off_path_copy(facts: Facts) -> DslCopy | None:
+    """The installed DSL copy whose packages ``import cutlass`` cannot find (a skipped .pth), else None."""
+    from jitguard.facts import FactUnavailable
+
+    try:
+        where: DslPathFacts | None = facts.dsl_path
+        if where is None or where.imported_from is not None:
+            return None
+        listed = where.metadata_copy
+    except FactUnavailable:
+        return None
+    return listed if listed is not None and listed.present else None
+
+
+def _path_command(packages_dir: str) -> str:
+    return f"export PYTHONPATH={shlex.quote(packages_dir)}" + "${PYTHONPATH:+:$PYTHONPATH}"
 
 
 def _kernel_cause(probe: ImportProbe, facts: Facts) -> dict[str, str]:
@@ -360,7 +388,7 @@ def _off_path(where: DslPathFacts, listed: DslCopy, common: dict[str, Any]) -> F
         evidence=evidence,
         packages_dir=listed.packages_dir,
         why=why,
-        path_command=f"export PYTHONPATH={shlex.quote(listed.packages_dir)}" + "${PYTHONPATH:+:$PYTHONPATH}",
+        path_command=_path_command(listed.packages_dir),
         **common,
     )
 

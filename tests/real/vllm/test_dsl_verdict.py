@@ -36,7 +36,9 @@ def cutedsl(release: Any) -> Any:
     return release
 
 
-def doctor(python: Path, pythonpath: str, workdir: Path, *, prefix: str = "") -> dict[str, Any]:
+def doctor(
+    python: Path, pythonpath: str, workdir: Path, *, prefix: str = "", deep: bool = False
+) -> dict[str, Any]:
     """`jitguard doctor --backend flashinfer --json` on this machine dressed as nothing: the real facts of the
     environment ``pythonpath`` makes (``prefix``: shell run before it, e.g. a fix)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JITGUARD_", "FLASHINFER_", "VLLM_"))}
@@ -46,6 +48,7 @@ def doctor(python: Path, pythonpath: str, workdir: Path, *, prefix: str = "") ->
         FLASHINFER_WORKSPACE_BASE=str(workdir / "flashinfer-workspace"),
     )
     command = f"{prefix}\n{shlex.quote(str(python))} -m jitguard doctor --backend flashinfer --json"
+    command += " --deep" if deep else ""
     proc = subprocess.run(
         ["bash", "-c", command], env=env, cwd=workdir, capture_output=True, text=True, timeout=300
     )
@@ -211,3 +214,15 @@ def test_strict_flashinfer_raises_with_the_directory_to_export(
     assert "cutlass-dsl-off-path" in raised["codes"]
     [packages] = cutedsl.dsl_packages
     assert f"export PYTHONPATH={packages}" in raised["message"]
+
+
+def test_the_deep_import_names_the_same_fix(
+    cutedsl: Any, python_without_the_dsl: Path, tmp_path: Path
+) -> None:
+    pythonpath = src_path(cutedsl) + cutedsl.without_dsl_path().pythonpath
+    finding = findings(doctor(python_without_the_dsl, pythonpath, tmp_path, deep=True))[
+        "flashinfer-dsl-kernel-import-broken"
+    ]
+    assert "No module named 'cutlass'" in finding["cause"] and "(cutlass-dsl-off-path)" in finding["cause"]
+    [packages] = cutedsl.dsl_packages
+    assert finding["fixes"][0]["command"] == f"export PYTHONPATH={packages}" + "${PYTHONPATH:+:$PYTHONPATH}"
