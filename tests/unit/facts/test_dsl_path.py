@@ -3,10 +3,14 @@ nvidia-cutlass-dsl (tests/dsl_copies.py), its packages on the path or not, and a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+
 from dsl_copies import copy_dsl
-from jitguard.facts import dsl_path
+from fake_dists import make_dist
+from jitguard.facts import Unavailable, collect, dsl_install, dsl_path
 
 
 def packages_of(site: Path) -> Path:
@@ -49,3 +53,23 @@ def test_a_missing_kernel_module_and_missing_cutlass_imports_are_read_from_sourc
     sm90, sm100 = found.kernels
     assert (sm90.label, sm90.path, sm90.missing_imports) == ("SM90", str(kernel), ("cutlass.no_such_module",))
     assert (sm100.label, sm100.path) == ("SM100", None)
+
+
+def test_a_dsl_path_probe_that_raises_is_an_unavailable_fact_not_a_crash(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jitguard.findings import checks_packages
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise PermissionError("[Errno 13] Permission denied: 'RECORD'")
+
+    monkeypatch.setattr(dsl_path, "probe", broken)
+    monkeypatch.setattr(dsl_install, "probe", lambda *a, **k: dsl_install.DslInstallFacts((), 0, 0.0))
+    make_dist(site, "flashinfer-python", "0.6.18", requires=("nvidia-cutlass-dsl>=4.6.2a0",))
+    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    facts = collect(env, cache_dir=tmp_path / "cache")
+    assert isinstance(facts.dsl_path, Unavailable)
+    found = checks_packages.check(facts, "flashinfer")
+    unknown = [f for f in found if f.code == "fact-unavailable"]
+    assert len(unknown) == 1 and "dsl_path" in unknown[0].title
+    assert unknown[0].severity == "warning"
