@@ -11,8 +11,11 @@ then reads the copies' RECORDs, and the DSL's own .pth (``import nvidia_cutlass_
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -66,3 +69,62 @@ def dsl_file(name: str, suffix: str) -> str:
                 if str(file).endswith(suffix):
                     return str(file)
     pytest.skip(f"the installed DSL has no {name} file ending with {suffix}")
+
+
+def _site_dirs(python: Path) -> list[Path]:
+    script = "import json, site; print(json.dumps([*site.getsitepackages(), site.getusersitepackages()]))"
+    out = subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True).stdout
+    return [Path(p) for p in json.loads(out) if Path(p).is_dir()]
+
+
+def _is_dsl(name: str) -> bool:
+    return name.lower().startswith("nvidia_cutlass_dsl")
+
+
+def python_without_dsl(root: Path, python: Path | str = sys.executable) -> Path:
+    """The python of a real venv at ``root`` (site enabled, .pth files read) made from ``python``'s
+    interpreter and holding its packages (as links) but no nvidia-cutlass-dsl: the machine of a user whose DSL
+    came with ``pip install --target`` onto PYTHONPATH (``dsl_target``). ``python``'s own DSL would otherwise
+    rescue such a path: its .pth inserts the ``dsl_packages`` of the first ``nvidia_cutlass_dsl`` portion on
+    sys.path, the PYTHONPATH one."""
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(root)], check=True)
+    [target] = list((root / "lib").glob("python3*/site-packages"))
+    for site_dir in _site_dirs(Path(python)):
+        if site_dir.resolve() != target.resolve():
+            _mirror(site_dir, target, root / "parents")
+    return root / "bin" / "python"
+
+
+_ADDSITEDIR = re.compile(r"site\.addsitedir\((['\"])(?P<dir>[^'\"]+)\1\)")
+
+
+def _mirror(site_dir: Path, target: Path, parents: Path) -> None:
+    """``site_dir``'s entries as links in ``target``, less the DSL's; a .pth that adds another site directory
+    (a release venv layered on this one) adds a mirror of it instead, made the same way."""
+    for entry in site_dir.iterdir():
+        if (
+            _is_dsl(entry.name)
+            or entry.name.lower().startswith("__editable__")
+            or (target / entry.name).exists()
+        ):
+            continue
+        text = entry.read_text(errors="replace") if entry.suffix == ".pth" and entry.is_file() else ""
+        added = _ADDSITEDIR.search(text)
+        if added is None:
+            (target / entry.name).symlink_to(entry)
+            continue
+        mirror = parents / f"{len(list(parents.glob('*'))) if parents.exists() else 0}"
+        mirror.mkdir(parents=True)
+        _mirror(Path(added.group("dir")), mirror, parents)
+        (target / entry.name).write_text(text.replace(added.group("dir"), str(mirror)))
+
+
+def dsl_target(root: Path, python: Path | str = sys.executable) -> Path:
+    """``python``'s installed DSL (its ``nvidia_cutlass_dsl*`` entries, the .pth among them, as links) in a
+    directory of its own, as ``pip install --target root`` leaves it: for PYTHONPATH, where no .pth is read."""
+    root.mkdir(parents=True)
+    for site_dir in _site_dirs(Path(python)):
+        for entry in site_dir.iterdir():
+            if _is_dsl(entry.name) and not (root / entry.name).exists():
+                (root / entry.name).symlink_to(entry)
+    return root

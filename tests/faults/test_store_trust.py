@@ -35,7 +35,9 @@ from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import MAX_MANIFEST_BYTES, StackKey
 from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 ARCH = "9.0"
 STACK = StackKey({"python": "cpython-311", "torch": "2.11.0"}, "sm_90")

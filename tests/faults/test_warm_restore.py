@@ -16,7 +16,9 @@ import pytest
 from envelope_schemas import assert_valid
 from fault_makers import assert_no_traceback, host_env, jitguard, on_tmpfs
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 ARCH = "9.0"
 

@@ -51,6 +51,8 @@ KERNEL_WIDE = frozenset(
         "cutlass-dsl-missing",
         "cutlass-dsl-too-old",
         "cutlass-dsl-install-damaged",  # every CuTeDSL kernel runs on the mixed files, decode's too
+        "cutlass-dsl-off-path",  # every CuTeDSL kernel imports cutlass, decode's too
+        "cutlass-dsl-shadowed",
     }
 )
 # Codes that say "it failed before" without saying why: a one-line message names a classified cause first.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from jitguard.facts.disk import DiskFacts
     from jitguard.facts.dsl_install import DslInstallFacts
+    from jitguard.facts.dsl_path import DslPathFacts
     from jitguard.facts.environment import EnvironmentFacts
     from jitguard.facts.filesystems import FilesystemFacts
     from jitguard.facts.flashinfer import FlashinferFacts
@@ -85,6 +86,8 @@ class Facts:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     # CuTeDSL era only (None otherwise): the nvidia-cutlass-dsl wheels' files against their RECORD (~1 s)
     dsl_install: DslInstallFacts | None = None
+    # CuTeDSL era only: where ``import cutlass`` finds the DSL, and the GPUs' GDN kernel modules (~0.1 s)
+    dsl_path: DslPathFacts | None = None
     # Triton installed only (None otherwise): its JIT's C compiler, Python.h and libcuda, and a real stub build
     triton_jit: TritonJitFacts | None = None
     # The file systems of jitguard's cache dir, FlashInfer's workspace and Triton's cache (network or not)
@@ -97,6 +100,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     from jitguard.facts import (
         disk,
         dsl_install,
+        dsl_path,
         environment,
         filesystems,
         fingerprint,
@@ -143,15 +147,19 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         "flashinfer": fi,
         "environment": run("environment", lambda: environment.probe(env)),
     }
-    dsl = None
-    if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
-        dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
     triton = pkgs.get("triton") if "packages" not in unavailable else None
     jit = None
     if triton is not None:
         where = os.path.join(triton.location, "triton") if triton.location else None
         jit = run("triton_jit", lambda: triton_jit.probe(triton.version, env, triton_dir=where))
-    key = run("fingerprint", lambda: fingerprint.compute(**parts, unavailable=unavailable))
+    dsl = dsl_where = None
+    if "flashinfer" not in unavailable and fi.era == flashinfer.ERA_CUTEDSL:
+        dsl = run("dsl_install", lambda: dsl_install.probe(cache_dir=cache_dir))
+        majors = {major for major, _ in gpu_facts.capability_pairs()} if "gpu" not in unavailable else set()
+        dsl_where = run("dsl_path", lambda: dsl_path.probe(fi.package_dir, majors))
+    key = run(
+        "fingerprint", lambda: fingerprint.compute(**parts, dsl_path=dsl_where, unavailable=unavailable)
+    )
     if not isinstance(key, str):  # even the key failed: a constant one keeps the failure cache usable
         key = "unavailable"
     places: dict[str, Path] = {"cache_dir": cache_dir, "triton_cache_dir": filesystems.triton_cache_dir(env)}
@@ -163,6 +171,7 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         fingerprint=key,
         unavailable=dict(unavailable),
         dsl_install=dsl,
+        dsl_path=dsl_where,
         triton_jit=jit,
         filesystems=mounts,
     )

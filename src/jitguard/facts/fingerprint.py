@@ -83,6 +83,9 @@ def describe(**parts: Any) -> dict[str, Any]:
         "link": _link(parts.get("link")),
         "env": _env(parts.get("environment"), parts.get("gpu")),
     }
+    dsl = _dsl(parts.get("dsl_path"))
+    if dsl is not None:  # CuTeDSL era only, so other keys stay as they were
+        described["dsl"] = dsl
     unavailable = parts.get("unavailable")
     if unavailable:
         described["unavailable"] = dict(sorted(unavailable.items()))
@@ -93,6 +96,20 @@ def compute(**parts: Any) -> str:
     """A short stable key (16 hex digits of a SHA-256) over ``describe(**parts)``."""
     text = json.dumps(describe(**parts), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _dsl(dsl_path: Any) -> dict[str, Any] | None:
+    """Where ``import cutlass`` finds the DSL and whose copy it is: putting its packages on the path (or
+    taking another copy off it) changes whether FlashInfer's CuTeDSL kernels import, and must reach a failure
+    recorded before the fix."""
+    if dsl_path is None or not hasattr(dsl_path, "kernels"):
+        return None
+    owner = getattr(dsl_path, "owner", None)
+    return {
+        "cutlass": _str(getattr(dsl_path, "imported_from", None)),
+        "owner": f"{owner.dist}=={owner.version}" if owner is not None else None,
+        "kernels": [[k.label, k.path is not None, list(k.missing_imports)] for k in dsl_path.kernels],
+    }
 
 
 def _packages(packages: Any) -> dict[str, str | None]:

@@ -1,5 +1,6 @@
 """Pre-flight of FlashInfer's CuTeDSL era beyond versions: the nvidia-cutlass-dsl wheels' files as their RECORD
-lists them (``cutlass-dsl-install-damaged``), and the cause of a GDN prefill kernel module that fails to import,
+lists them (``cutlass-dsl-install-damaged``), the DSL as the engine will import it and each GPU arch's GDN
+kernel module (``importable``: a skipped .pth, a shadowing copy, a missing module), and the cause of a GDN prefill kernel module that fails to import,
 which FlashInfer swallows (``flashinfer-dsl-kernel-import-broken``, from ``doctor --deep``).
 
 Which differences are damage: a file that is missing, or whose content matches no installed wheel's RECORD, or
@@ -25,6 +26,7 @@ from jitguard.findings.model import Finding
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.facts.dsl_install import DistCheck, DslInstallFacts
+    from jitguard.facts.dsl_path import DslCopy, DslPathFacts, KernelSource
     from jitguard.facts.flashinfer import GdnKernelModule
     from jitguard.facts.import_probe import ImportProbe
 
@@ -182,6 +184,16 @@ def dsl_cause(probe: ImportProbe, facts: Facts) -> dict[str, str] | None:
     if probe.ok or not _from_dsl(probe):
         return None
     fi = facts.flashinfer
+    off_path = _off_path_copy(facts)
+    if off_path is not None:
+        return {
+            "context": (
+                f"The error comes from the CUTLASS DSL: nvidia-cutlass-dsl {off_path.version} is installed, but "
+                f"its packages ({off_path.packages_dir}) are not on sys.path (cutlass-dsl-off-path)."
+            ),
+            "repair": "Put the DSL's packages on the path of every process of the engine:",
+            "repair_command": _path_command(off_path.packages_dir),
+        }
     dsl = _installed_dsl(facts)
     damaged = [d.name for d in dsl.dists if damage(d)] if dsl is not None else []
     if dsl is not None and damaged:
@@ -209,6 +221,24 @@ def dsl_cause(probe: ImportProbe, facts: Facts) -> dict[str, str] | None:
         ),
         "repair_command": "pip install --force-reinstall " + _quoted(f"nvidia-cutlass-dsl{extra}{pinned}"),
     }
+
+
+def _off_path_copy(facts: Facts) -> DslCopy | None:
+    """The installed DSL copy whose packages ``import cutlass`` cannot find (a skipped .pth), else None."""
+    from jitguard.facts import FactUnavailable
+
+    try:
+        where: DslPathFacts | None = facts.dsl_path
+        if where is None or where.imported_from is not None:
+            return None
+        listed = where.metadata_copy
+    except FactUnavailable:
+        return None
+    return listed if listed is not None and listed.present else None
+
+
+def _path_command(packages_dir: str) -> str:
+    return f"export PYTHONPATH={shlex.quote(packages_dir)}" + "${PYTHONPATH:+:$PYTHONPATH}"
 
 
 def _kernel_cause(probe: ImportProbe, facts: Facts) -> dict[str, str]:
@@ -271,3 +301,150 @@ def _floor(requirement: str) -> str | None:
     except InvalidVersion:
         return None
     return release if spec.contains(release, prereleases=True) else None
+
+
+# ---- the DSL as the engine will import it (facts/dsl_path.py) ---------------------------------------------
+def importable(facts: Facts) -> list[Finding]:
+    """Whether ``import cutlass`` in the engine finds the installed DSL, and each GPU arch's GDN prefill kernel
+    module is there with the DSL modules it imports: ``cutlass-dsl-off-path`` (a skipped .pth),
+    ``cutlass-dsl-shadowed``, ``flashinfer-gdn-kernel-missing``, ``cutlass-dsl-lacks-kernel-imports``. Nothing
+    outside the CuTeDSL era, and nothing when no DSL is installed (``cutlass-dsl-missing`` says that)."""
+    where: DslPathFacts | None = facts.dsl_path
+    if where is None:
+        return []
+    fi = facts.flashinfer
+    listed = where.metadata_copy
+    kernels = where.kernels
+    common: dict[str, Any] = {
+        "version": fi.version or "(unknown)",
+        "requirement": fi.cutlass_dsl_requirement or "",
+        "unavailable": _unavailable(kernels),
+        "dsl_version": listed.version if listed else (fi.cutlass_dsl_version or "(not installed)"),
+        "install_command": _install_command(facts, listed.version if listed else None),
+    }
+    found: list[Finding] = []
+    if where.imported_from is None:
+        if listed is None or not listed.present:
+            return []  # not installed (cutlass-dsl-missing), or its files gone (cutlass-dsl-install-damaged)
+        found.append(_off_path(where, listed, common))
+    elif not where.is_dsl or where.owner is None or where.owner != listed:
+        found.append(_shadowed(where, listed, common))
+    for kernel in kernels:
+        label = {"arch": kernel.label, "module": kernel.module}
+        if kernel.path is None:
+            found.append(
+                make(
+                    "flashinfer-gdn-kernel-missing",
+                    backend="flashinfer",
+                    evidence=[f"{fi.package_dir}: no {kernel.module}", f"flashinfer-python {fi.version}"],
+                    package_dir=fi.package_dir,
+                    **{**common, **label, "unavailable": _unavailable((kernel,))},
+                )
+            )
+        elif kernel.missing_imports and where.is_dsl:
+            found.append(
+                make(
+                    "cutlass-dsl-lacks-kernel-imports",
+                    backend="flashinfer",
+                    evidence=[
+                        f"{kernel.path}: imports {', '.join(kernel.missing_imports)}",
+                        f"{where.imported_from}: no such modules (nvidia-cutlass-dsl {common['dsl_version']})",
+                    ],
+                    missing=", ".join(kernel.missing_imports),
+                    packages_dir=where.imported_from,
+                    **{**common, **label, "unavailable": _unavailable((kernel,))},
+                )
+            )
+    return found
+
+
+def _off_path(where: DslPathFacts, listed: DslCopy, common: dict[str, Any]) -> Finding:
+    pth = where.pth_files
+    if not where.site_enabled:
+        why = "this interpreter runs without the site module (`python -S`), so no .pth file is read"
+    elif not pth:
+        why = "none of its wheels lists a .pth file"
+    elif not any(p.exists for p in pth):
+        why = f"{', '.join(p.path for p in pth)} is missing"
+    elif not any(p.read for p in pth if p.exists):
+        why = (
+            f"{next(p.path for p in pth if p.exists)} is not read: its directory is not a site directory "
+            "(it is on sys.path through PYTHONPATH or `pip install --target`)"
+        )
+    else:
+        why = "its .pth file is in a site directory, yet the directory is not on sys.path (removed at run time?)"
+    evidence = [
+        f"importlib.machinery.PathFinder.find_spec('cutlass'): not found on sys.path ({where.path_entries} "
+        "entries)",
+        f"{listed.dist} {listed.version}: cutlass/__init__.py in {listed.packages_dir}",
+        *(
+            f"{p.path}: {'present' if p.exists else 'missing'}, {'read' if p.read else 'not read'} at start"
+            for p in pth
+        ),
+    ]
+    return make(
+        "cutlass-dsl-off-path",
+        backend="flashinfer",
+        evidence=evidence,
+        packages_dir=listed.packages_dir,
+        why=why,
+        path_command=_path_command(listed.packages_dir),
+        **common,
+    )
+
+
+def _shadowed(where: DslPathFacts, listed: DslCopy | None, common: dict[str, Any]) -> Finding:
+    owner = where.owner
+    if not where.is_dsl:
+        what = "another project's `cutlass` package"
+        detail = f"{where.imported_from}/cutlass has no `cute` subpackage: it is not the CUTLASS DSL."
+    elif owner is None:
+        what = "a copy of the DSL no installed distribution lists"
+        detail = f"No installed nvidia-cutlass-dsl distribution's RECORD lists {where.imported_from}/cutlass."
+    else:
+        what = f"{owner.dist} {owner.version}"
+        detail = (
+            f"{where.imported_from}/cutlass belongs to {owner.dist} {owner.version}, installed further down the "
+            f"path than the {listed.dist + ' ' + listed.version if listed else 'DSL'} pip reports."
+        )
+    evidence = [
+        f"importlib.machinery.PathFinder.find_spec('cutlass'): {where.imported_from}/cutlass",
+        *(f"{c.dist} {c.version}: cutlass in {c.packages_dir}" for c in where.installed),
+    ]
+    return make(
+        "cutlass-dsl-shadowed",
+        backend="flashinfer",
+        evidence=evidence,
+        found=what,
+        detail=detail,
+        packages_dir=where.imported_from,
+        **common,
+    )
+
+
+def _unavailable(kernels: tuple[KernelSource, ...]) -> str:
+    from jitguard.facts.flashinfer import GDN_KERNEL_MODULES
+
+    messages = [GDN_KERNEL_MODULES[k.major][2] for k in kernels if k.major in GDN_KERNEL_MODULES]
+    return messages[0] if messages else GDN_KERNEL_MODULES[9][2]
+
+
+def _install_command(facts: Facts, installed: str | None) -> str:
+    """pip, for the DSL this FlashInfer accepts: the installed version when it does (the files were fine,
+    only where they sit was not), else the floor FlashInfer declares; with [cu13] when -libs-cu13 is
+    installed."""
+    fi = facts.flashinfer
+    requirement = fi.cutlass_dsl_requirement or ""
+    dsl = _installed_dsl(facts)
+    extra = "[cu13]" if dsl is not None and dsl.get("nvidia-cutlass-dsl-libs-cu13") else ""
+    accepted = installed is not None and _accepts(requirement, installed)
+    floor = _floor(requirement)
+    pin = f"=={installed}" if accepted else f"=={floor}" if floor else requirement
+    return "pip install --force-reinstall " + _quoted(f"nvidia-cutlass-dsl{extra}{pin}")
+
+
+def _accepts(requirement: str, version: str) -> bool:
+    try:
+        return SpecifierSet(requirement).contains(version, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False

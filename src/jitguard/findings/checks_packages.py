@@ -2,7 +2,8 @@
 
 flashinfer: torch (a CUDA build), flashinfer-python new enough for GDN prefill, its companions at matching
 versions (jit-cache, cubin: a mismatch makes `import flashinfer` raise), nvidia-cutlass-dsl at FlashInfer's
-own floor in the CuTeDSL era and its wheels' files intact (``checks_dsl``); info when a prebuilt module makes
+own floor in the CuTeDSL era, its wheels' files intact and importable the way the engine imports them, with each
+GPU arch's GDN kernel module present (``checks_dsl``); info when a prebuilt module makes
 the compile unnecessary or when every process compiles. triton: torch, fla-core >= 0.6.0, triton. torch: torch.
 """
 
@@ -37,7 +38,11 @@ JIT_CACHE_TAGS = ("cu128", "cu129", "cu130")
 def check(facts: Facts, backend: str) -> list[Finding]:
     if backend == "flashinfer":
         # Its own unit: an unknown RECORD check is one fact-unavailable, never the loss of the others.
-        return unit(backend, lambda: _flashinfer(facts)) + unit(backend, lambda: checks_dsl.install(facts))
+        return (
+            unit(backend, lambda: _flashinfer(facts))
+            + unit(backend, lambda: checks_dsl.install(facts))
+            + unit(backend, lambda: checks_dsl.importable(facts))
+        )
     if backend == "triton":
         return unit(backend, lambda: _triton(facts.packages))
     if backend == "torch":

@@ -237,6 +237,8 @@ class ChoiceGuard:
             self._statuses: dict[str, ChoiceStatus] = {}
             self._announced: set[str] = set()
             self._faulted: set[str] = set()
+            self._failed: set[str] = set()  # choice keys that failed in this process (first use, a warmup)
+            self._proven: set[str] = set()  # choice keys that ran in this process
             self.looks = 0
 
     @property
@@ -302,15 +304,17 @@ class ChoiceGuard:
                     raise ChoiceUnavailable(v.status, named, ask.instead or "drop it", self.engine.lower())
             return {ask.choice.key: v is None or v.action == "keep" for ask, v in judged}
 
-    def failed(self, choice: Choice, findings: Sequence[Finding]) -> None:
+    def failed(self, choice: Choice, findings: Sequence[Finding], *, announce: bool = True) -> None:
         """``choice`` passed pre-flight and failed on first use anyway (``findings``: the classified cause).
-        From now on it cannot work in this process; said once."""
+        From now on it cannot work in this process; said once (``announce=False``: the caller stops the start
+        and says it)."""
         with self._lock:
             previous = self._statuses.get(choice.key)
             known = [*(previous.findings if previous else ()), *findings]
             status = ChoiceStatus(choice, False, tuple(known), previous.prebuilt if previous else ())
             self._statuses[choice.key] = status
-            if f"{choice.key}:failed" in self._announced:
+            self._failed.add(choice.key)
+            if f"{choice.key}:failed" in self._announced or not announce:
                 return
             # The one line for this choice: a later instance taking the fallback at init says nothing more.
             self._announced.update({f"{choice.key}:failed", f"{choice.key}:fallback"})
@@ -325,6 +329,24 @@ class ChoiceGuard:
             self.engine,
             choice.fallback,
         )
+
+    def known_failed(self, choice: Choice) -> bool:
+        """Whether ``choice`` failed in this process (``failed``)."""
+        with self._lock:
+            return choice.key in self._failed
+
+    def proven(self, choice: Choice, where: str) -> None:
+        """``choice`` ran in this process (``where``: e.g. the engine's own warmup): proven, not presumed.
+        Said once."""
+        with self._lock:
+            if choice.key in self._proven:
+                return
+            self._proven.add(choice.key)
+        log.info("jitguard: %s ran in %s's %s: proven here.", choice.title, self.engine, where)
+
+    def is_proven(self, choice: Choice) -> bool:
+        with self._lock:
+            return choice.key in self._proven
 
     def _announce(self, verdicts: Sequence[ChoiceVerdict], asked: str) -> None:
         fresh = [v for v in verdicts if f"{v.choice.key}:{v.action}" not in self._announced]

@@ -15,7 +15,9 @@ import pytest
 from envelope_schemas import assert_valid
 from fault_makers import FOREIGN_UID, assert_no_traceback, base_env, chown_foreign, host_env, jitguard
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 ARCH = ("--arch", "9.0")
 FILES = ("vllm/torch_compile_cache/h/rank_0_0/a.py", "triton/K/k.cubin", "inductor/fxgraph/x/entry")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from dsl_copies import dsl_target, python_without_dsl
 from release_preparation import (
     CI_ROOT,
     NotPrepared,
@@ -50,6 +51,7 @@ class SglangRelease:
     version: str
     python: Path
     src: Path
+    extra: tuple[Path, ...] = ()  # on PYTHONPATH after the sources (a DSL installed with --target)
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -69,13 +71,20 @@ class SglangRelease:
         """FlashInfer's GDN prefill era on SM90: 'nvcc' (up to 0.6.13) or 'cutedsl' (from 0.6.14)."""
         return "cutedsl" if Version(self.flashinfer) >= Version(CUTEDSL_FROM) else "nvcc"
 
+    def without_dsl_path(self, directory: Path) -> SglangRelease:
+        """This release as a ``pip install --target`` deployment leaves it: a venv of its packages without the
+        DSL, and the DSL (its own files, linked) in a directory on PYTHONPATH, where its .pth is never read."""
+        python = python_without_dsl(directory / "venv", self.python)
+        return SglangRelease(self.version, python, self.src, (dsl_target(directory / "dsl", self.python),))
+
     def run(
         self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
     ) -> tuple[dict[str, Any], str]:
         """Run ``script`` (default sglang_scenario.py) in this release's environment; (its RESULT, everything
         it printed)."""
         # This checkout's jitguard first, whatever is installed.
-        full = {**env, "PYTHONPATH": f"{REPO / 'src'}:{self.src}", "HF_HUB_OFFLINE": "1"}
+        path = os.pathsep.join(map(str, (REPO / "src", self.src, *self.extra)))
+        full = {**env, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
         proc = subprocess.run(
             [str(self.python), str(script), json.dumps(spec)],
             env=full,

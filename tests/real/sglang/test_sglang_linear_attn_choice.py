@@ -143,6 +143,45 @@ def test_cutedsl_era_prefill_needs_no_libcuda(hopper_no_libcuda: Result, release
     assert fallback_warnings(output) == []
 
 
+# ---- CuTeDSL era, an H200 host: the DSL installed with pip --target, its packages off the path -------------
+# FlashInfer swallows `import cutlass` failing and raises NotImplementedError('SM90 GDN prefill DSL kernel is
+# unavailable') at the first request; SGLang alone would start and die there.
+@pytest.fixture(scope="module")
+def dsl_off_path(release: Any, hosts: Any, tmp_path_factory: pytest.TempPathFactory) -> Result:
+    if release.era == "nvcc":
+        pytest.skip(f"SGLang {release.version} pins an nvcc-era FlashInfer {release.flashinfer}: no DSL")
+    broken = release.without_dsl_path(tmp_path_factory.mktemp(f"sglang-dsl-off-path-{release.version}"))
+    runs = [auto_prefill(release), {"options": {"linear_attn_prefill_backend": "flashinfer"}}]
+    spec = {"runs": runs, "torch_build": CUDA_TORCH}
+    result, output = broken.run(spec, hosts.gpu("H200", libcuda=True))
+    return {**result, "dsl": str(broken.extra[0])}, output
+
+
+def test_dsl_off_the_path_blocks_flashinfer_prefill(dsl_off_path: Result) -> None:
+    result, _ = dsl_off_path
+    assert result["status"]["blocking"] == ["cutlass-dsl-off-path"]
+
+
+def test_dsl_off_the_path_refuses_named_prefill_with_the_directory(dsl_off_path: Result) -> None:
+    result, _ = dsl_off_path
+    error = result["runs"][1]["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert error["codes"] == ["cutlass-dsl-off-path"]
+    assert f"export PYTHONPATH={result['dsl']}/nvidia_cutlass_dsl/dsl_packages" in error["message"]
+
+
+def test_dsl_off_the_path_sends_sglangs_own_flashinfer_prefill_to_triton(
+    dsl_off_path: Result, release: Any
+) -> None:
+    if not per_runner(release):
+        pytest.skip(f"SGLang {release.version} never picks FlashInfer prefill by itself")
+    result, output = dsl_off_path
+    run = result["runs"][0]
+    assert run["stock"]["prefill"] == "flashinfer" and run["backends"]["prefill"] == "triton"
+    [warning] = fallback_warnings(output)
+    assert "[cutlass-dsl-off-path]" in warning and "export PYTHONPATH=" in warning
+
+
 # ---- a failure recorded in jitguard's failure cache, on an H200 --------------------------------------------
 @pytest.fixture(scope="module")
 def cached_failure(release: Any, hosts: Any) -> Result:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from dsl_copies import copy_dsl, installed_dsl
+from dsl_copies import copy_dsl, installed_dsl, python_without_dsl
 from release_preparation import (
     VLLM_ROOT,
     NotPrepared,
@@ -48,6 +48,7 @@ PREPARE_TIMEOUT = 1800
 CUTEDSL_FROM = (
     "0.6.14"  # FlashInfer's SM90 GDN prefill moved from an nvcc JIT module to CuTeDSL (its PR #3477)
 )
+DSL_PACKAGE_DIRS = ("dsl_packages", "python_packages")  # nvidia_cutlass_dsl/<this>: 4.6+, 4.4 and 4.5
 H200_SMI = "0, NVIDIA H200, 9.0, 580.95.05, 143771, GPU-6a1f0000-0000-0000-0000-000000000000"
 
 
@@ -100,20 +101,37 @@ class VllmRelease:
         packages = [site / "nvidia_cutlass_dsl" / sub for sub in ("dsl_packages", "python_packages")]
         return self.first(site, *(p for p in packages if p.is_dir()))
 
+    @property
+    def dsl_packages(self) -> list[str]:
+        """The entries of this release's path that hold the DSL's own packages ('cutlass'), where its .pth file
+        would put them in a site directory."""
+        return [p for p in self.pythonpath.split(os.pathsep) if Path(p).name in DSL_PACKAGE_DIRS]
+
+    def without_dsl_path(self) -> VllmRelease:
+        """This release as a ``pip install --target`` deployment leaves it: the DSL installed, its packages
+        directory not on the path (PYTHONPATH entries read no .pth file)."""
+        kept = [p for p in self.pythonpath.split(os.pathsep) if p not in self.dsl_packages]
+        return VllmRelease(self.version, os.pathsep.join(kept))
+
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with this release on PYTHONPATH, behind this checkout's jitguard (whatever is installed)."""
         return {**env, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{self.pythonpath}"}
 
     def run(
-        self, spec: Mapping[str, Any], env: Mapping[str, str], *, script: Path = SCENARIO
+        self,
+        spec: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        script: Path = SCENARIO,
+        python: Path | str = sys.executable,
     ) -> tuple[dict[str, Any], str]:
-        """Run ``script`` (default scenario.py) in this release's environment; (its RESULT, everything it
-        printed)."""
+        """Run ``script`` (default scenario.py) in this release's environment with ``python``; (its RESULT,
+        everything it printed)."""
         full = self.environment(env)
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         proc = subprocess.run(
-            [sys.executable, str(script), json.dumps(spec)],
+            [str(python), str(script), json.dumps(spec)],
             env=full,
             capture_output=True,
             text=True,
@@ -269,3 +287,11 @@ class Situations:
 @pytest.fixture(scope="session")
 def situations(tmp_path_factory: pytest.TempPathFactory) -> Situations:
     return Situations(tmp_path_factory.mktemp("vllm-situations"))
+
+
+@pytest.fixture(scope="session")
+def python_without_the_dsl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real venv's python with this interpreter's packages but no nvidia-cutlass-dsl of its own (whose .pth
+    would otherwise put the release's DSL packages on the path after all): the release's DSL is then exactly
+    what its path holds, as on a user's ``pip install --target`` deployment."""
+    return python_without_dsl(tmp_path_factory.mktemp("venv-without-dsl") / "venv")

@@ -124,6 +124,54 @@ def test_explicit_flashinfer_fails_at_engine_init(doomed: tuple[dict[str, Any], 
         assert run["vllm_choice"] == ["flashinfer", "flashinfer"]
 
 
+# ---- CuTeDSL era: the DSL installed, its packages off the path (pip --target skips its .pth) -------------
+# On the H100 this was "passed pre-flight", ready, then NotImplementedError('SM90 GDN prefill DSL kernel is
+# unavailable') at the first request. Run with a venv that has no DSL of its own (its .pth would rescue it).
+@pytest.fixture(scope="module")
+def off_path(release: Any, situations: Any, python_without_the_dsl: Any) -> tuple[dict[str, Any], str, Any]:
+    if release.era != "cutedsl":
+        pytest.skip(f"vLLM {release.version} pins an nvcc-era FlashInfer: nothing imports the DSL")
+    spec = {"requests": ["triton", "auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH}
+    env = situations.hopper(libcuda=True)
+    result, output = release.without_dsl_path().run(spec, env, python=python_without_the_dsl)
+    return result, output, release
+
+
+def test_dsl_off_the_path_is_the_one_reason(off_path: tuple[dict[str, Any], str, Any]) -> None:
+    result, _, _ = off_path
+    assert not result["status"]["usable"]
+    assert result["status"]["blocking"] == ["cutlass-dsl-off-path"]
+
+
+def test_dsl_off_the_path_sends_auto_to_triton_with_one_warning_and_the_fix(
+    off_path: tuple[dict[str, Any], str, Any],
+) -> None:
+    result, output, release = off_path
+    run = run_for(result, "auto")
+    assert run["error"] is None
+    assert run["layers"] == ["triton"] * 3
+    assert run["vllm_choice"] == ["auto", "flashinfer"]  # stock vLLM: ready, then dead at the first request
+    assert run["resolver"] == ["auto", "triton"]
+    [warning] = fallback_warnings(output)
+    assert "[cutlass-dsl-off-path]" in warning
+    [packages] = release.dsl_packages
+    assert f"export PYTHONPATH={packages}" in warning
+
+
+def test_dsl_off_the_path_refuses_explicit_flashinfer_at_init_with_the_fix(
+    off_path: tuple[dict[str, Any], str, Any],
+) -> None:
+    result, _, release = off_path
+    run = run_for(result, "flashinfer")
+    assert run["layers"] == []
+    error = run["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert error["codes"] == ["cutlass-dsl-off-path"]
+    [packages] = release.dsl_packages
+    assert f"export PYTHONPATH={packages}" in error["message"]
+    assert "--gdn-prefill-backend triton" in error["message"]
+
+
 # ---- a failure recorded in jitguard's failure cache -----------------------------------------------------
 @pytest.fixture(scope="module")
 def cached_failure(release: Any, situations: Any) -> tuple[dict[str, Any], str]:
@@ -181,3 +229,64 @@ def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None
         assert run["error"] is None
         assert run["layers"] == ["flashinfer"]  # vLLM's own choice on an SM90 platform, even though doomed
     assert "jitguard" not in output
+
+
+# ---- vLLM's own GDN prefill warmup as evidence (0.24+) ------------------------------------------------------
+# Pre-flight passes (an H200 host as the facts see it), and FlashInfer's real GDN prefill call then fails in
+# vLLM's warmup (no GPU here): a cause jitguard's verdict did not foresee. vLLM alone logs a warning and
+# reports ready; jitguard moves the layers to Triton/FLA first (auto) or stops the start (named), and records
+# the failure so the next start decides in the pre-flight.
+WARMUP_FAILED = "jitguard: FlashInfer GDN prefill failed on first use: [engine-warmup-failed]"
+
+
+@pytest.fixture(scope="module")
+def warmup(release: Any, situations: Any) -> tuple[dict[str, Any], str, dict[str, Any], str]:
+    if minor(release) < 24:
+        pytest.skip(f"vLLM {release.version} has no GDN prefill warmup")
+    env = situations.hopper(libcuda=True)
+    spec = {"requests": ["auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH, "warmup": True}
+    first, first_output = release.run(spec, env)
+    again = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH, "warmup": True}
+    second, second_output = release.run(again, env)  # the next start, same host, same caches
+    return first, first_output, second, second_output
+
+
+def test_a_failed_warmup_moves_auto_to_triton_before_ready(warmup: Any) -> None:
+    result, output, _, _ = warmup
+    run = run_for(result, "auto")
+    assert run["layers"] == ["flashinfer"] * 3  # pre-flight passed: vLLM's choice stood at init
+    assert run["error"] is None
+    assert run["warmed"] == ["triton"] * 3  # the first layer's warmup failed; every layer moved
+    warnings = [line for line in output.splitlines() if WARMUP_FAILED in line]
+    assert len(warnings) == 1, output[-4000:]
+    assert "Triton/FLA" in warnings[0] and "recorded" in warnings[0]
+    assert not result["proven"]
+
+
+def test_a_failed_warmup_is_recorded_for_the_next_start(warmup: Any) -> None:
+    result, _, _, _ = warmup
+    assert {
+        "module": "gdn-prefill/flashinfer",
+        "codes": ["engine-warmup-failed"],
+        "this_fingerprint": True,
+    } in (result["failure_cache"])
+
+
+def test_the_next_start_decides_in_the_pre_flight(warmup: Any) -> None:
+    _, _, result, output = warmup
+    assert "gdn-cached-failure" in result["status"]["blocking"]
+    auto = run_for(result, "auto")
+    assert auto["layers"] == ["triton"] * 2  # at init, before any warmup
+    named = run_for(result, "flashinfer")
+    assert named["error"] is not None and "gdn-cached-failure" in named["error"]["codes"]
+    assert WARMUP_FAILED not in output
+
+
+def test_a_failed_warmup_of_named_flashinfer_stops_the_start(warmup: Any) -> None:
+    result, _, _, _ = warmup
+    run = run_for(result, "flashinfer")
+    # This process already knows FlashInfer failed (the auto run's warmup): the named request is refused at
+    # init, with the warmup's evidence.
+    error = run["error"]
+    assert error is not None and "BackendUnavailable" in error["bases"]
+    assert "engine-warmup-failed" in error["codes"]

@@ -16,7 +16,9 @@ from jitguard.fleet.artifact_store import (
     StoreUnavailable,
 )
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 KEY = ArtifactKey("probe_module", "0123456789abcdef", "feedface" * 4)
 

@@ -16,7 +16,9 @@ from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey
 from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 STACK = StackKey({"python": "cpython-311", "torch": "2.11.0", "vllm": "0.26.0"}, "sm_90")
 

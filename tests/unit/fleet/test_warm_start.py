@@ -11,7 +11,9 @@ import pytest
 from jitguard.config import Settings
 from jitguard.fleet import warm_start
 
-pytest.importorskip("fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)")
+pytest.importorskip(
+    "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
+)
 
 
 def test_a_store_that_is_not_there_is_tried_and_warned_about_once_per_process(

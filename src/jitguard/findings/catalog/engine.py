@@ -29,6 +29,27 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="engine-warmup-failed",
+        severity="error",
+        title="{engine}'s own warmup of {title} failed: {error_type}",
+        cause=(
+            "{engine} ran {title} once on a tiny input before reporting ready ({where}), and it raised "
+            "{error_type}: {error_message}. jitguard's pre-flight had not foreseen this cause; {then} The "
+            "failure is recorded (fingerprint {fingerprint}), so the next start decides in the pre-flight."
+        ),
+        fixes=(
+            FixTemplate(
+                "Find the cause (imports FlashInfer's kernel module and names the error FlashInfer swallows):",
+                "jitguard doctor --deep --backend flashinfer",
+            ),
+            FixTemplate(
+                "Once fixed, forget the failure so the next start tries FlashInfer again:",
+                "jitguard cache clear --module {module} --yes",
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="flashinfer-module-prebuilt",
         severity="info",
         title="{title}: FlashInfer's {module} module is already built here",

@@ -147,6 +147,93 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="cutlass-dsl-off-path",
+        severity="error",
+        title=(
+            "nvidia-cutlass-dsl {dsl_version} is installed but `import cutlass` cannot find it: {packages_dir} "
+            "is not on sys.path"
+        ),
+        cause=(
+            "The DSL keeps its Python packages one level down, in {packages_dir}, and a .pth file puts that "
+            "directory on sys.path when the interpreter starts; {why}. Python reads .pth files only in site "
+            "directories, so an install with `pip install --target` put on PYTHONPATH (rules_python and PEX do "
+            "the same) or `python -S` leaves the DSL's metadata visible (pip and FlashInfer's version checks "
+            "pass) and `import cutlass` failing. flashinfer-python {version} swallows that ImportError while "
+            "importing and raises NotImplementedError('{unavailable}') at the first GDN prefill request, after "
+            "the engine reported ready."
+        ),
+        fixes=(
+            FixTemplate(
+                "Put the DSL's packages on the path of every process of the engine:", "{path_command}"
+            ),
+            FixTemplate(
+                "Or install the DSL into a site directory (a venv, pip without --target), where its .pth file "
+                "is read:",
+                "{install_command}",
+            ),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="cutlass-dsl-shadowed",
+        severity="error",
+        title="`import cutlass` finds {found} at {packages_dir}, not the nvidia-cutlass-dsl {dsl_version} pip reports",
+        cause=(
+            "{detail} Python imports the first `cutlass` on sys.path, and FlashInfer's GDN prefill kernel "
+            "imports it from there: flashinfer-python {version} declares nvidia-cutlass-dsl{requirement}. A "
+            "copy that is not the installed DSL's fails to import or to compile the kernel; FlashInfer swallows "
+            "the import error and raises NotImplementedError('{unavailable}') at the first GDN prefill request."
+        ),
+        fixes=(
+            FixTemplate(
+                "Take {packages_dir} off the path (PYTHONPATH, or the .pth file or package that puts it "
+                "there), then check which `cutlass` Python imports:",
+                "python -c 'import cutlass; print(cutlass.__file__)'",
+            ),
+            FixTemplate("Install the DSL FlashInfer accepts, with pip:", "{install_command}"),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="cutlass-dsl-lacks-kernel-imports",
+        severity="error",
+        title=(
+            "nvidia-cutlass-dsl {dsl_version} lacks modules FlashInfer's {arch} GDN prefill kernel imports "
+            "({missing})"
+        ),
+        cause=(
+            "{module} imports {missing}, which the DSL at {packages_dir} does not have: a DSL of another version "
+            "than flashinfer-python {version} was written for (it declares nvidia-cutlass-dsl{requirement}). "
+            "The import fails, FlashInfer swallows it and raises NotImplementedError('{unavailable}') at the "
+            "first GDN prefill request."
+        ),
+        fixes=(
+            FixTemplate("Install the DSL FlashInfer accepts, with pip:", "{install_command}"),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
+        code="flashinfer-gdn-kernel-missing",
+        severity="error",
+        title="flashinfer-python {version} has no {arch} GDN prefill kernel module ({module})",
+        cause=(
+            "FlashInfer's GDN prefill on this GPU ({arch}) imports {module}, which is not in {package_dir} (a "
+            "partial or pruned install, or a FlashInfer built without it): its first GDN prefill call raises "
+            "NotImplementedError('{unavailable}')."
+        ),
+        fixes=(
+            FixTemplate(
+                "Reinstall FlashInfer at its version:",
+                "pip install --force-reinstall --no-deps flashinfer-python=={version}",
+            ),
+            FixTemplate("Meanwhile use the Triton (FLA) backend:", "export JITGUARD_GDN_BACKEND=triton"),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="cutlass-dsl-compile-broken",
         severity="error",
         title="The CuTeDSL failed inside its own libraries while compiling a kernel: {symptom}",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import GDN_PREFILL, normalise_request
+from jitguard.integrations.vllm import warmup
 from jitguard.integrations.vllm.sites import Site, function_patch, layout_moved, may_keep
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ def _guarded_resolver(module: ModuleType, original: Any, guard: ChoiceGuard) -> 
             requested, active = result
         except (TypeError, ValueError):
             return result  # not the (requested, active) pair this wrapper knows: leave it alone
+        warmup.requested(normalise_request(requested))
         backend = shielded(
             "vLLM's GDN prefill choice",
             f"vLLM's choice ({active}) stands",
@@ -99,7 +101,21 @@ def _guarded_resolver(module: ModuleType, original: Any, guard: ChoiceGuard) -> 
     return resolve_gdn_prefill_backend
 
 
-_patch_current, _unpatch_current = function_patch((RESOLVER_SITE.target,), GDN_PREFILL, _guarded_resolver)
+_patch_resolver, _unpatch_resolver = function_patch((RESOLVER_SITE.target,), GDN_PREFILL, _guarded_resolver)
+
+
+def _patch_current(module: ModuleType, guard: ChoiceGuard) -> bool:
+    """vLLM >= 0.22: the resolver, and (0.24+) the GDN layers' own prefill warmup, watched as evidence
+    (``warmup``): a release without the warmup has nothing more to watch."""
+    patched = _patch_resolver(module, guard)
+    if patched:
+        warmup.watch(module, guard)
+    return patched
+
+
+def _unpatch_current(module: ModuleType) -> None:
+    warmup.unwatch(module)
+    _unpatch_resolver(module)
 
 
 def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:

@@ -1,0 +1,185 @@
+"""vLLM's own GDN prefill warmup as evidence: a FlashInfer choice jitguard admitted is proven, or moved, before
+the engine reports ready.
+
+vLLM 0.24 and later warm every GDN layer's prefill kernels during the profile run
+(``_warmup_prefill_kernels`` of the GDN attention layer in ``mamba/gdn/qwen_gdn_linear_attn.py``: one
+``chunk_gated_delta_rule`` call on a T=64 dummy input of the model's shapes), inside ``try/except Exception``
+that only logs a warning: a FlashInfer that cannot run (on the H100: a CUTLASS DSL that does not import, so
+``NotImplementedError('SM90 GDN prefill DSL kernel is unavailable')``) lets the engine report ready and die at
+the first request. jitguard watches that call, for the layers whose op runs FlashInfer:
+
+- it ran: FlashInfer GDN prefill is proven in this process (``ChoiceGuard.proven``), said once;
+- it raised: the failure is recorded in the failure cache under FlashInfer GDN prefill's name and this host's
+  fingerprint (the next start decides in the pre-flight, without the call), and then
+  - ``auto``: this layer and every later one switch to Triton/FLA (vLLM's own ``forward_native``), and the
+    layer's warmup runs again on Triton, so its autotuning still happens while memory is plentiful; one
+    warning says why;
+  - ``--gdn-prefill-backend flashinfer``: ``ChoiceUnavailable`` stops the start with the evidence.
+
+Whatever jitguard's pre-flight missed, the cause is the engine's own call: this does not depend on foreseeing
+it. A fault of jitguard's own here leaves vLLM's warmup as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import traceback
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from jitguard.boundary import patches
+from jitguard.boundary.failsafe import shielded
+from jitguard.decision.engine import GDN_PREFILL
+
+if TYPE_CHECKING:
+    from jitguard.findings.model import Finding
+    from jitguard.integrations.choices import ChoiceGuard
+
+log = logging.getLogger("jitguard.vllm")
+
+METHOD = "_warmup_prefill_kernels"
+TRITON = "triton"
+WHERE = "GDN prefill warmup (`_warmup_prefill_kernels`, in the profile run)"
+_state: dict[str, Any] = {"requested": "auto"}  # one per process: the resolver site tells it
+
+
+def requested(value: str) -> None:
+    """What the user asked for (``auto``, ``flashinfer``): told by the resolver site, read when a warmup fails."""
+    _state["requested"] = value
+
+
+def watch(module: ModuleType, guard: ChoiceGuard) -> bool:
+    """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.24+); False where none
+    does (older releases: no warmup to watch)."""
+    found = False
+    for value in list(module.__dict__.values()):
+        if isinstance(value, type) and METHOD in value.__dict__ and value.__module__ == module.__name__:
+            found = patches.wrap(value, METHOD, lambda original: _watched(original, guard)) or found
+    return found
+
+
+def unwatch(module: ModuleType) -> None:
+    for value in list(module.__dict__.values()):
+        if isinstance(value, type) and METHOD in value.__dict__:
+            patches.undo(value, METHOD)
+
+
+def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _warmup_prefill_kernels(self: Any, *args: Any, **kwargs: Any) -> Any:
+        op: Any = getattr(self, "chunk_gated_delta_rule", None)
+        if getattr(self, "_prefill_kernels_warmed_up", False) or not _on_flashinfer(op):
+            return original(self, *args, **kwargs)
+        if guard.known_failed(GDN_PREFILL):  # an earlier layer's warmup failed: this one moves before its own
+            shielded(
+                "moving a GDN layer to Triton/FLA",
+                "vLLM's choice stands",
+                lambda: _to_triton(self, op),
+                _nothing,
+            )
+            return original(self, *args, **kwargs)
+        failures: list[BaseException] = []
+        flashinfer = op._forward_method
+
+        def forward_cuda(*a: Any, **k: Any) -> Any:
+            try:
+                return flashinfer(*a, **k)
+            except Exception as exc:
+                failures.append(exc)
+                raise
+
+        op._forward_method = forward_cuda
+        try:
+            result = original(self, *args, **kwargs)  # vLLM's own try/except logs the failure and goes on
+        finally:
+            if op._forward_method is forward_cuda:
+                op._forward_method = flashinfer
+        if not failures:
+            shielded(
+                "FlashInfer GDN prefill's proof",
+                "nothing",
+                lambda: guard.proven(GDN_PREFILL, WHERE),
+                _nothing,
+            )
+            return result
+        settled = shielded(
+            "vLLM's failed GDN prefill warmup",
+            "vLLM's choice stands",
+            lambda: _settle(guard, failures[0]),
+            lambda: False,
+        )
+        if settled:  # auto: Triton/FLA from now on, and this layer's warmup once more, on Triton
+            _to_triton(self, op)
+            self._prefill_kernels_warmed_up = False
+            return original(self, *args, **kwargs)
+        return result
+
+    return _warmup_prefill_kernels
+
+
+def _nothing() -> None:
+    return None
+
+
+def _on_flashinfer(op: Any) -> bool:
+    forward_cuda = getattr(op, "forward_cuda", None)
+    return forward_cuda is not None and getattr(op, "_forward_method", None) == forward_cuda
+
+
+def _to_triton(layer: Any, op: Any) -> None:
+    op._forward_method = op.forward_native
+    for owner in (op, layer):
+        if hasattr(owner, "gdn_prefill_backend"):
+            owner.gdn_prefill_backend = TRITON
+
+
+def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
+    """Record ``exc`` and tell the guard; True when the layers move to Triton/FLA (auto). A named FlashInfer
+    raises ``ChoiceUnavailable`` (through the guard), which stops the start."""
+    from jitguard.integrations.choices import Ask
+    from jitguard.integrations.vllm.gdn import FLAG, FLASHINFER, INSTEAD
+
+    named = _state["requested"] == FLASHINFER
+    findings = warmup_findings(guard, exc, named=named)
+    guard.failed(GDN_PREFILL, findings, announce=not named)
+    if named:
+        guard.settle([Ask(GDN_PREFILL, named=f"{FLAG} {FLASHINFER}", instead=INSTEAD)])
+    return True
+
+
+def warmup_findings(guard: ChoiceGuard, exc: BaseException, *, named: bool) -> list[Finding]:
+    """``engine-warmup-failed`` for ``exc``, recorded in the failure cache under FlashInfer GDN prefill's
+    name (the jitguard.gdn op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
+    from jitguard.config import Settings
+    from jitguard.findings.catalog import make
+    from jitguard.gdn.backends.flashinfer import MODULE
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
+
+    facts = guard.facts.get()
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    frames = [line.strip() for line in "".join(tail).splitlines() if line.strip().startswith("File ")]
+    then = (
+        "the start stops here, before the engine reports ready, because FlashInfer was named."
+        if named
+        else "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
+    )
+    finding = make(
+        "engine-warmup-failed",
+        backend="flashinfer",
+        evidence=[f"{type(exc).__name__}: {exc}", *frames[-3:]],
+        engine=guard.engine,
+        title=GDN_PREFILL.title,
+        where=WHERE,
+        error_type=type(exc).__name__,
+        error_message=str(exc),
+        then=then,
+        fingerprint=facts.fingerprint,
+        module=MODULE,
+    )
+    if MODULE is not None:
+        FailureCache(Settings.from_env().cache_dir, ttl=ttl_from_env()).record_failure(
+            MODULE, facts.fingerprint, [finding]
+        )
+    return [finding]
