@@ -82,7 +82,7 @@ def _empty_ldconfig(tmp_path: Path) -> str:
 def _no_compiler_env(tmp_path: Path) -> dict[str, str]:
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
-    return {**os.environ, "PATH": str(empty), "CC": "/nonexistent"}
+    return {**os.environ, "PATH": str(empty), "CC": str(tmp_path / "no-such-cc")}
 
 
 def _real_triton_build(triton: Path, env: dict[str, str], tmp_path: Path) -> str:
@@ -131,7 +131,7 @@ def test_no_compiler_reachable_is_triton_cc_missing_as_real_triton_fails(
     assert jit.compile.status == "cc-missing"
     [finding] = checks_triton.check(_facts(jit), "triton")
     assert finding.code == "triton-cc-missing" and finding.severity == "error"
-    assert "CC='/nonexistent'" in finding.cause
+    assert f"CC='{tmp_path / 'no-such-cc'}'" in finding.cause
     assert any(f.command == "apt-get install -y gcc" for f in finding.fixes)
     assert "FileNotFoundError" in _real_triton_build(real_triton, env, tmp_path)
 
