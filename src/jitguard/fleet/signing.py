@@ -173,8 +173,15 @@ class Trust:
         return tuple(k.key_id for k in self.trusted)
 
     def signer(self) -> Signer | None:
-        """The signing key, None when none is set. Raises SigningError for one that cannot be used."""
-        return load_signer(self.signing_key) if self.signing_key is not None else None
+        """The signing key, None when none is set. Raises SigningError for one that cannot be used. Read once
+        per Trust: a save checks the key before its first upload and signs with it after the last one."""
+        if self.signing_key is None:
+            return None
+        loaded = self.__dict__.get("_signer")
+        if loaded is None:
+            loaded = load_signer(self.signing_key)
+            object.__setattr__(self, "_signer", loaded)  # frozen: a cache, not state that compares
+        return loaded
 
     def seal(self, name: str, body: bytes) -> bytes:
         """The document to write at ``name``: ``body`` signed when a signing key is set, else ``body``."""
