@@ -5,7 +5,7 @@ module objects by the engine integration that found them; nothing here imports a
 |---|---|---|
 | ``triton`` | ``triton.knobs.compilation.listener`` (called per kernel with ``cache_hit`` and the compile times), chained with a listener already set | Triton 3.4+ (its knobs); older Triton: not counted, said in the record's notes |
 | ``triton-autotune`` | ``Autotuner.check_disk_cache`` (wrapped: True = results loaded, False = benchmarked) | Triton 3.4+, where ``TRITON_CACHE_AUTOTUNING=1`` (vLLM turns it on) |
-| ``inductor`` | ``torch._dynamo.utils.counters``: ``inductor.fxgraph_cache_{hit,miss,bypass}``, ``aot_autograd.autograd_cache_hit``; seconds from ``compilation_time_metrics['OutputGraph.call_user_compiler']`` | torch 2.4+ |
+| ``inductor`` | ``torch._dynamo.utils.counters``: ``inductor.fxgraph_cache_{hit,miss,bypass}``; seconds from ``compilation_time_metrics['OutputGraph.call_user_compiler']`` | torch 2.4+ |
 | ``torch-compile`` (vLLM) | ``vllm.compilation.counter.compilation_counter`` (``num_inductor_compiles``, ``num_aot_compiles``, ``num_compiled_artifacts_loaded``, ``num_aot_artifacts_loaded``); seconds from ``compilation_config.compilation_time`` | vLLM 0.21+ (fields absent in a release read as 0) |
 
 Counters are read as the difference between ``begin`` and ready, so what a process compiled before the engine
@@ -26,7 +26,8 @@ from jitguard.boundary import patches
 from jitguard.ledger import tally
 
 INDUCTOR_COMPILED = (("inductor", "fxgraph_cache_miss"), ("inductor", "fxgraph_cache_bypass"))
-INDUCTOR_CACHED = (("inductor", "fxgraph_cache_hit"), ("aot_autograd", "autograd_cache_hit"))
+# An AOTAutograd cache hit loads its graph through the FX graph cache, which counts the hit: counted once.
+INDUCTOR_CACHED = (("inductor", "fxgraph_cache_hit"),)
 INDUCTOR_SECONDS = "OutputGraph.call_user_compiler"
 VLLM_COMPILED = ("num_inductor_compiles", "num_aot_compiles")
 VLLM_CACHED = ("num_compiled_artifacts_loaded", "num_aot_artifacts_loaded")
