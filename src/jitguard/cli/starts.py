@@ -53,10 +53,10 @@ def _count(text: str) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.config import default_cache_dir
+    from jitguard.config import Settings
     from jitguard.ledger import history
 
-    cache_dir = default_cache_dir()
+    cache_dir = Settings.from_env().cache_dir  # a malformed JITGUARD_* setting is exit 2, as everywhere
     starts = [s.to_json() for s in history.read_starts(cache_dir, limit=args.last)]
     check = _check(starts, history.starts_dir(cache_dir)) if args.check else None
     code = EXIT_FAILURE if check is not None and not check["passed"] else EXIT_OK
