@@ -29,6 +29,8 @@ INDUCTOR_COMPILED = (("inductor", "fxgraph_cache_miss"), ("inductor", "fxgraph_c
 # An AOTAutograd cache hit loads its graph through the FX graph cache, which counts the hit: counted once.
 INDUCTOR_CACHED = (("inductor", "fxgraph_cache_hit"),)
 INDUCTOR_SECONDS = "OutputGraph.call_user_compiler"
+# vLLM's compilation counter module (later releases moved it, keeping the old name as an alias).
+VLLM_COUNTER_MODULES = ("vllm.compilation.counter", "vllm.backends.compiler.counter")
 VLLM_COMPILED = ("num_inductor_compiles", "num_aot_compiles")
 VLLM_CACHED = ("num_compiled_artifacts_loaded", "num_aot_artifacts_loaded")
 _MARK = "__jitguard_ledger__"
@@ -143,7 +145,14 @@ def count_inductor(before: Mapping[str, float] | None, cache_dir: str) -> None:
 # ---- vLLM's torch.compile ---------------------------------------------------------------------------------
 def vllm_readings() -> dict[str, float] | None:
     """vLLM's compilation counter now, or None when vLLM's compilation package is not loaded."""
-    counter = getattr(sys.modules.get("vllm.compilation.counter"), "compilation_counter", None)
+    counter = next(
+        (
+            getattr(sys.modules[name], "compilation_counter", None)
+            for name in VLLM_COUNTER_MODULES
+            if name in sys.modules
+        ),
+        None,
+    )
     if counter is None:
         return None
     return {name: float(getattr(counter, name, 0) or 0) for name in (*VLLM_COMPILED, *VLLM_CACHED)}
