@@ -136,16 +136,24 @@ def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None =
 
 def baked(settings: Settings, arch: str | None = None) -> Outcome | None:
     """The snapshot a ``jitguard warm restore`` put on this host before the engine started (a Docker image
-    layer: no store at serving time), as its marker names it; None when there is none for this stack."""
-    arch = arch or host_arch(settings)
-    if arch is None:
+    layer: no store at serving time), as its marker names it; None when there is none for this stack. No GPU
+    is asked: the marker's name holds the stack digest (which no arch changes) and the arch."""
+    markers = [p for p in fileio.json_files(settings.cache_dir / "warm") if p.name.startswith("restored-")]
+    if not markers:
         return None
-    stack = stack_key(arch)
-    seen = fileio.read_json(_marker(settings, stack, settings.warm_name), root=settings.cache_dir)
-    if seen is None or seen.get("schema") != MARKER_SCHEMA:
-        return None
-    layers = tuple(str(x) for x in seen.get("layers") or () if x in LAYER_NAMES)
-    return Outcome("present", "restored on this host before the engine started", layers=layers)
+    digest = stack_key("sm_90").digest  # the arch is not part of the digest
+    wanted = arch_of(arch or settings.warm_arch) if (arch or settings.warm_arch) else None
+    for path in markers:
+        middle = path.name[len("restored-") : -len(".json")]
+        if not middle.startswith(f"{digest}-") or not middle.endswith(f"-{settings.warm_name}"):
+            continue
+        if wanted is not None and middle != f"{digest}-{wanted}-{settings.warm_name}":
+            continue
+        seen = fileio.read_json(path, root=settings.cache_dir)
+        if seen is not None and seen.get("schema") == MARKER_SCHEMA:
+            layers = tuple(str(x) for x in seen.get("layers") or () if x in LAYER_NAMES)
+            return Outcome("present", "restored on this host before the engine started", layers=layers)
+    return None
 
 
 def restore_now(settings: Settings, *, arch: str) -> Outcome:

@@ -279,10 +279,10 @@ def _register(facts: Facts | None) -> bool:
 
         log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
     from jitguard.fleet import warm_start
-    from jitguard.integrations import start_ledger
+    from jitguard.integrations import sglang_ready, start_ledger
 
     start_ledger.begin("sglang", import_s=_IMPORT_S)
-    # The ledger is written at the process's exit: SGLang's ready point is not watched yet.
+    sglang_ready.watch()
     outcome = warm_start.restore_once(
         Settings.from_env(), engine="sglang"
     )  # never raises; no-op without a store

@@ -141,3 +141,17 @@ def test_triton_kernels_are_counted_and_a_relocated_restore_hits(tmp_path: Path)
     code, payload = _starts(second, "--check")
     assert code == 0, payload["check"]
     assert payload["starts"][0]["layers"]["triton"]["cached"] == 1
+
+
+def test_a_snapshot_baked_in_by_command_covers_a_start_without_a_store(inductor_hosts: Path) -> None:
+    """The Docker image case: `jitguard warm restore` in a build step, the engine started later with no store."""
+    env = _host(inductor_hosts, "image", inductor_hosts / "store", JITGUARD_WARM="require")
+    baked = _jitguard(env, "warm", "restore", "--arch", "9.0")
+    assert baked.returncode == 0, baked.stdout + baked.stderr
+    del env["JITGUARD_SHARE"], env["JITGUARD_WARM_ARCH"]  # serving: no store, no arch named
+    done = _start(env, "inductor:2")
+    assert "no warm snapshot covers this start" not in done.stderr
+    code, payload = _starts(env, "--check")
+    assert code == 0, payload["check"]
+    assert payload["starts"][0]["warm"]["outcome"] == "present"
+    assert "inductor" in payload["starts"][0]["warm"]["covered"]
