@@ -142,8 +142,7 @@ def baked(settings: Settings, arch: str | None = None) -> Outcome | None:
     if not markers:
         return None
     digest = stack_key("sm_90").digest  # the arch is not part of the digest
-    named = arch or settings.warm_arch
-    wanted = arch_of(named) if named else None
+    wanted = arch or (arch_of(settings.warm_arch) if settings.warm_arch else None)  # ``arch``: sm_90 already
     for path in markers:
         middle = path.name[len("restored-") : -len(".json")]
         if not middle.startswith(f"{digest}-") or not middle.endswith(f"-{settings.warm_name}"):
