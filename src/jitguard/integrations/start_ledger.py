@@ -54,7 +54,7 @@ def _on_triton(module: ModuleType) -> None:
             said = tools.watch_triton(knobs, autotuner)
             current = tally.current()
             if current is not None:
-                current.note(said)
+                current.note(said, about="Triton:")
 
     shielded("watching Triton for the start ledger", "Triton's kernels are not counted", watch, lambda: None)
 

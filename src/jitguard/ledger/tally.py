@@ -120,10 +120,11 @@ class Tally:
             self._record = replace(self._record, warm=warm)
             self.dirty = True
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, *, about: str = "") -> None:
+        """A note for the record; one per ``about`` (a later one replaces an earlier one on the same topic)."""
         with self._lock:
-            if text not in self._record.notes:
-                self._record = replace(self._record, notes=(*self._record.notes, text))
+            kept = tuple(n for n in self._record.notes if n != text and not (about and n.startswith(about)))
+            self._record = replace(self._record, notes=(*kept, text))
 
     def mark_ready(self, role: str) -> ProcessRecord:
         with self._lock:

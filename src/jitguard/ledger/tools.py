@@ -42,11 +42,11 @@ def watch_triton(knobs: Any, autotuner: Any = None) -> str:
     ``triton.runtime.autotuner`` module, where given); what was installed, as a note for the record."""
     compilation = getattr(knobs, "compilation", None)
     if compilation is None or not hasattr(compilation, "listener"):
-        return "this Triton has no compilation listener (Triton 3.4+ has): its kernels are not counted"
+        return "Triton: this release has no compilation listener (3.4+ has one): its kernels are not counted"
     previous = compilation.listener
     if not getattr(previous, _MARK, False):
         compilation.listener = _listener(previous, cache_dir=_triton_cache_dir(knobs))
-    said = "Triton kernels counted through knobs.compilation.listener"
+    said = "Triton: kernels counted through knobs.compilation.listener"
     cls = getattr(autotuner, "Autotuner", None)
     if cls is not None and callable(getattr(cls, "check_disk_cache", None)):
         patches.wrap(cls, "check_disk_cache", _counted_autotune)

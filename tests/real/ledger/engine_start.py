@@ -4,7 +4,8 @@ workload compiled, and the engine's ready point reached.
 
 ``python engine_start.py inductor:2`` compiles ``(x * 2 + 1).sin()`` with torch.compile on CPU (Inductor
 generates and builds C++; a second process finds it in the FX graph cache); ``inductor:3`` is a changed
-function (another cache key). ``triton`` compiles a real Triton kernel for sm_90 (no GPU needed to compile).
+function (another cache key). ``triton`` compiles a real Triton kernel for sm_90 (no GPU needed to compile); ``triton-chained`` does
+the same with a compilation listener set before jitguard's (it is called too).
 """
 
 from __future__ import annotations
@@ -47,13 +48,20 @@ def main(workload: str) -> None:
     from jitguard.fleet import warm_start
     from jitguard.integrations import start_ledger
 
+    if workload == "triton-chained":  # a listener someone set before jitguard: it must still be called
+        import triton
+
+        calls: list[bool] = []
+        triton.knobs.compilation.listener = lambda **kwargs: calls.append(kwargs["cache_hit"])
     start_ledger.begin("vllm")
     start_ledger.covered_by(warm_start.restore_once(Settings.from_env(), engine="vllm"), "vllm")
     kind, _, arg = workload.partition(":")
     if kind == "inductor":
         inductor(int(arg or 2))
-    elif kind == "triton":
+    elif kind in ("triton", "triton-chained"):
         triton_kernel()
+    if kind == "triton-chained":
+        print(f"EARLIER LISTENER CALLED {calls}")
     start_ledger.ready("engine-core")
 
 

@@ -155,3 +155,17 @@ def test_a_snapshot_baked_in_by_command_covers_a_start_without_a_store(inductor_
     assert code == 0, payload["check"]
     assert payload["starts"][0]["warm"]["outcome"] == "present"
     assert "inductor" in payload["starts"][0]["warm"]["covered"]
+
+
+def test_a_triton_listener_set_before_jitguard_is_still_called(tmp_path: Path) -> None:
+    path = {"PYTHONPATH": os.pathsep.join([str(real_triton()), os.environ.get("PYTHONPATH", "")])}
+    env = _host(tmp_path, "first", tmp_path / "store", **path)
+    done = _start(env, "triton-chained")
+    assert "EARLIER LISTENER CALLED [False]" in done.stdout
+    _, payload = _starts(env)
+    assert payload["starts"][0]["layers"]["triton"]["compiled"] == 1
+    (record_file,) = (Path(env["JITGUARD_CACHE_DIR"]) / "starts" / payload["starts"][0]["start_id"]).iterdir()
+    notes = json.loads(record_file.read_text())["notes"]
+    assert notes == [
+        "Triton: kernels counted through knobs.compilation.listener, autotune runs through Autotuner.check_disk_cache"
+    ]

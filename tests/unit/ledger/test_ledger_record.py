@@ -94,7 +94,7 @@ def test_the_file_round_trips_and_validates_against_its_schema() -> None:
         phases={"lock_waits": 0.5},
         warm=Warm("auto", "present", "default", ("cutedsl",)),
         misses=(Miss("cutedsl", "k", "why"),),
-        notes=("Triton kernels counted through knobs.compilation.listener",),
+        notes=("Triton: kernels counted through knobs.compilation.listener",),
     )
     data = record.to_json("0.1.0")
     assert file_schema_errors(data) == []
