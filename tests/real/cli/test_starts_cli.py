@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envelope_schemas import schema_errors
+from envelope_schemas import assert_rejected, schema_errors
 from jitguard.ledger import history
 from jitguard.ledger.record import LayerCounts, Miss, ProcessRecord, Warm
 
@@ -108,3 +108,22 @@ def test_a_bad_last_is_a_usage_error(cache: Path, bad: str) -> None:
     assert done.returncode == 2 and "--last" in done.stderr and "Traceback" not in done.stderr
     envelope = _run(cache, "--json", "--last", bad)
     assert json.loads(envelope.stdout)["schema"] == "jitguard.error/1"
+
+
+@pytest.mark.parametrize(
+    "defect", ["passed-check-exit-1", "failed-check-exit-0", "unknown-layer", "negative-count"]
+)
+def test_the_starts_schema_rejects_a_real_defect(cache: Path, defect: str) -> None:
+    _write(cache, "last", 2000.0, warm=COVERED, layers={"triton": LayerCounts(compiled=1)})
+    payload = json.loads(_run(cache, "--check", "--json").stdout)
+    assert schema_errors(payload) == []
+    start = payload["starts"][0]
+    if defect == "passed-check-exit-1":
+        payload["check"]["passed"], payload["exit_code"] = True, 1
+    elif defect == "failed-check-exit-0":
+        payload["exit_code"] = 0
+    elif defect == "unknown-layer":
+        start["layers"]["cuda-graphs"] = start["layers"]["triton"]
+    else:
+        start["layers"]["triton"]["compiled"] = -1
+    assert_rejected(payload)
