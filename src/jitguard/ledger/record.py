@@ -334,8 +334,8 @@ def summary_line(record: ProcessRecord | StartRecord) -> str:
     line = "start ledger: " + ("; ".join(parts) or "nothing compiled or loaded") + f"; {jitguard}"
     if warm.outcome != "none":
         line += f"; warm snapshot {warm.outcome}"
-        if warm.covered:
-            line += f", {len(record.misses)} must-hit misses" if warm.mode == "require" else ""
+        if warm.covered and warm.mode == "require":
+            line += f", {len(record.misses)} must-hit misses"
     ready = record.ready_after_s
     if ready is not None:
         line += f"; ready {ready:.1f} s after jitguard's start"

@@ -32,6 +32,7 @@ from jitguard.ledger.record import (
 
 log = logging.getLogger("jitguard.ledger")
 START_ID = "JITGUARD_START_ID"
+MAX_LOGGED = 10  # must-hit errors in the log per process; the ledger keeps more
 _VALID_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}", re.ASCII)
 
 
@@ -95,7 +96,7 @@ class Tally:
             mode = record.warm.mode
         if after_ready and self.on_change is not None:
             self.on_change()
-        if miss and mode == "require":
+        if miss and mode == "require" and len(misses) <= MAX_LOGGED:
             log.error(
                 "jitguard: must-hit miss: %s compiled %s although the warm snapshot %r covers it: %s "
                 "(`jitguard starts` shows this start)",
@@ -104,6 +105,10 @@ class Tally:
                 record.warm.name,
                 cause or "the tool did not say why",
             )
+            if len(misses) == MAX_LOGGED:
+                log.error(
+                    "jitguard: further must-hit misses are not logged; `jitguard starts --check` lists them"
+                )
 
     def phase(self, name: str, seconds: float) -> None:
         """``seconds`` more of jitguard's own phase ``name``."""
@@ -159,11 +164,13 @@ def forget() -> None:
         _current = None
 
 
-def count(layer: str, outcome: str, **kwargs: object) -> None:
+def count(
+    layer: str, outcome: str, *, n: int = 1, seconds: float = 0.0, what: str = "", cause: str = ""
+) -> None:
     """``Tally.count`` on this process's tally; nothing outside an engine start."""
     tally = current()
     if tally is not None:
-        tally.count(layer, outcome, **kwargs)  # type: ignore[arg-type]
+        tally.count(layer, outcome, n=n, seconds=seconds, what=what, cause=cause)
 
 
 def phase(name: str, seconds: float) -> None:

@@ -85,3 +85,16 @@ def test_a_malformed_start_id_is_replaced(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(tally.START_ID, "../../etc")
     made = tally.begin("vllm").record.start_id
     assert made != "../../etc" and "/" not in made
+
+
+def test_must_hit_errors_in_the_log_are_bounded_the_ledger_keeps_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    current = tally.begin("vllm")
+    current.set_warm(Warm("require", "restored", "default", ("triton",)))
+    with caplog.at_level(logging.ERROR, logger="jitguard.ledger"):
+        for n in range(15):
+            tally.count("triton", "compiled", what=f"kernel_{n}")
+    assert len(caplog.records) == tally.MAX_LOGGED + 1
+    assert "further must-hit misses are not logged" in caplog.records[-1].getMessage()
+    assert len(current.record.misses) == 15
