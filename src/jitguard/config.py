@@ -381,7 +381,7 @@ VARIABLES: dict[str, Variable] = {
         _v("BUILD_MODULE", "text", "", "the module a compile belongs to", scope="internal"),
         _v("SCCACHE_ATTEMPT_DIR", "path", "", "where a compile reports its sccache use", scope="internal"),
         _v("SCCACHE_BIN", "path", "", "the sccache a compile runs through", scope="internal"),
-        # Read by the test suite and .ci/ (tests/release_preparation.py), never by the package.
+        # Read by the test suite and .ci/ (tests/lib/release_preparation.py), never by the package.
         _v(
             "CI_ROOT",
             "path",

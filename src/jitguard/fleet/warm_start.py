@@ -30,7 +30,7 @@ from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
-from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
+from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, layer_root, listing, stack_key
 from jitguard.fleet.warm import (
     NothingToSave,
     Restored,
@@ -323,7 +323,7 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
 
 def _first_missing(snapshot: Any, caches: tuple[CacheLayer, ...]) -> str | None:
     """The first file of ``snapshot`` that is not in its cache here (one ``lstat`` per file), or None."""
-    roots = {cache.name: Path(os.path.abspath(os.path.expanduser(cache.root))) for cache in caches}
+    roots = {cache.name: layer_root(cache) for cache in caches}
     for entry in snapshot.files:
         root = roots.get(entry.layer)
         if root is not None and not os.path.lexists(root / entry.path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envelope_schemas import schema_errors
-from tests_support_schema import file_schema_errors
+from start_file_schema import file_schema_errors
 from triton_release import real_triton
 
 pytestmark = pytest.mark.slow

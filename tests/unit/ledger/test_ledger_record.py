@@ -13,7 +13,7 @@ from jitguard.ledger.record import (
     merge,
     summary_line,
 )
-from tests_support_schema import file_schema_errors
+from start_file_schema import file_schema_errors
 
 ROOTS = {
     "vllm": "/c/vllm",
