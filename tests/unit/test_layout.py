@@ -11,16 +11,19 @@ from pathlib import Path
 import jitguard
 
 PACKAGE = Path(jitguard.__file__).parent
-# Lowest first. `config`, `errors`, `fileio` (trusted file I/O) and `redaction` are the ground every stage stands on; `report` holds pure renderers
+# Lowest first. `config`, `errors`, `fileio` (trusted file I/O), `redaction` and `version` are the ground every
+# stage stands on; `report` holds pure renderers
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
 # `boundary` is where jitguard runs inside foreign code (the fail-safe, the one patch mechanism, the process's
 # facts): right above `findings` (its fault line is a finding), below every stage that patches;
 # `locks` (a lock with visible waits, where locks live) right above them, so every stage with side effects can take one;
 # `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
 # snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
-# the engine integrations use the op; the CLI sits on top of everything.
+# the engine integrations use the op; the CLI sits on top of every stage, and the package root (`__init__.py`:
+# the version and `install()`, which reaches the engine boundary) on top of all: no module imports it.
+ROOT = "__init__"
 STAGES = (
-    ("config", "errors", "fileio", "redaction"),
+    ("config", "errors", "fileio", "redaction", "version"),
     ("facts",),
     ("findings",),
     ("locks",),
@@ -34,13 +37,16 @@ STAGES = (
     ("gdn",),
     ("integrations",),
     ("cli", "__main__"),
+    (ROOT,),
 )
 RANK = {name: rank for rank, names in enumerate(STAGES) for name in names}
 
 
 def _stage(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "jitguard" else None
+    if parts[0] != "jitguard":
+        return None
+    return parts[1] if len(parts) > 1 else ROOT
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -56,6 +62,11 @@ def _is_type_checking(node: ast.If) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
     )
+
+
+def _named_from_root(name: str, package_dir: Path) -> str:
+    is_module = (package_dir / name).is_dir() or (package_dir / f"{name}.py").is_file()
+    return f"jitguard.{name}" if is_module else "jitguard"
 
 
 def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
@@ -77,13 +88,12 @@ def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
-                found.append((child.lineno, target))
-                if target == "jitguard":  # `from jitguard import facts` names a stage; `__version__` does not
+                if target == "jitguard":  # `from jitguard import facts` names a stage, `__version__` the root
                     found.extend(
-                        (child.lineno, f"jitguard.{alias.name}")
-                        for alias in child.names
-                        if (package_dir / alias.name).is_dir() or (package_dir / f"{alias.name}.py").is_file()
+                        (child.lineno, _named_from_root(alias.name, package_dir)) for alias in child.names
                     )
+                else:
+                    found.append((child.lineno, target))
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
@@ -94,8 +104,7 @@ def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
     problems = []
     for path in sorted(package_dir.rglob("*.py")):
         source = _stage(_module_name(path, package_dir))
-        if source is None:  # jitguard/__init__.py: the public surface, lazily reaching into every stage
-            continue
+        assert source is not None
         if source not in RANK:
             problems.append(f"{path.relative_to(package_dir)}: stage {source!r} is not placed in STAGES")
             continue
@@ -110,6 +119,18 @@ def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
 
 def test_every_stage_imports_only_from_the_stages_before_it() -> None:
     assert backward_imports() == []
+
+
+def test_the_walker_sees_an_import_of_the_package_root(tmp_path: Path) -> None:
+    """The root reaches the engine boundary (``install()``), so a stage that imports it climbs back up."""
+    fake = tmp_path / "jitguard" / "state"
+    fake.mkdir(parents=True)
+    (fake / "record.py").write_text("from jitguard import __version__\n\ndef f():\n    import jitguard\n")
+    (tmp_path / "jitguard" / "__init__.py").write_text("")
+    assert backward_imports(tmp_path / "jitguard") == [
+        "state/record.py:1: state imports jitguard",
+        "state/record.py:4: state imports jitguard",
+    ]
 
 
 def test_the_walker_sees_a_backward_import(tmp_path: Path) -> None:

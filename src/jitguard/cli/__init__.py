@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from jitguard import __version__
 from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError, UsageError
 from jitguard.redaction import redact_text
+from jitguard.version import __version__
 
 COMMANDS = ("doctor", "build", "cache", "gdn", "warm")
 

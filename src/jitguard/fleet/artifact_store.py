@@ -43,13 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
-from jitguard import __version__, fileio
+from jitguard import fileio
 from jitguard.fleet.store import (
     ArtifactRejected,
     StoreUnavailable,
     StoreView,
     describe_url,
 )
+from jitguard.version import __version__
 
 __all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url"]
 

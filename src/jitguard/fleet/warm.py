@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from jitguard import __version__, fileio
+from jitguard import fileio
 from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactRejected, ArtifactStore, StoreUnavailable, StoreView
 from jitguard.fleet.signing import SignatureRefused
@@ -47,6 +47,7 @@ from jitguard.fleet.snapshot import (
     read_layer,
     relocate_triton_group,
 )
+from jitguard.version import __version__
 
 _DIR_MODE = 0o700
 _FETCH = ".fetch"

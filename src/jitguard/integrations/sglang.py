@@ -272,9 +272,9 @@ def _register(facts: Facts | None) -> bool:
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
-        import jitguard
+        from jitguard.integrations.flashinfer import install
 
-        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
+        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if install() else "not active")
     from jitguard.fleet import warm_start
 
     warm_start.restore_once(Settings.from_env(), engine="sglang")  # never raises; a no-op without a store

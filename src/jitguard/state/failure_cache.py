@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jitguard import __version__, fileio
+from jitguard import fileio
 from jitguard.config import default_cache_dir
 from jitguard.errors import StateUnwritable
 from jitguard.findings.model import Finding
+from jitguard.version import __version__
 
 SCHEMA = "jitguard.failure-cache/1"
 DEFAULT_TTL_S = 7 * 24 * 3600.0

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitguard import __version__, fileio
+from jitguard import fileio
+from jitguard.version import __version__
 
 SCHEMA = "jitguard.kernel-cache/1"
 # A CuTeDSL kernel object holds its cubin and host code: ~1-10 MB. Anything far larger is not one of ours.

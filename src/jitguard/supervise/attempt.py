@@ -71,9 +71,7 @@ def _launcher_env(env: dict[str, str]) -> dict[str, str]:
     anyway. A source tree that only this process has on ``sys.path`` (``PYTHONPATH=src`` set in code, a
     benchmark or test harness) is appended to PYTHONPATH so the compile commands do not fail to start.
     """
-    import jitguard
-
-    root = str(Path(jitguard.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # what holds jitguard/: src/ or site-packages
     if Path(root).name in ("site-packages", "dist-packages"):
         return env
     current = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

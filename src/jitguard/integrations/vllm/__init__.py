@@ -202,9 +202,9 @@ choices = guard  # the name earlier callers use
 
 def _install_build_hook() -> None:
     try:
-        import jitguard
+        from jitguard.integrations.flashinfer import install
 
-        active = jitguard.install()
+        active = install()
     except Exception:
         log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
         return
