@@ -29,10 +29,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jitguard import fileio
 from jitguard.config import MAX_JOBS, default_cache_dir, format_bytes
@@ -42,31 +39,20 @@ from jitguard.locks.visible_lock import ModuleLock
 from jitguard.supervise import build_time, manifest, ninja_log, slots
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
-from jitguard.supervise.build_options import BuildOptions, BuildResult
+from jitguard.supervise.build_options import BuildOptions, BuildResult, BuildRun, JobPlan
 from jitguard.supervise.diagnosis import build_finding, diagnose
 from jitguard.supervise.oom import OomCounters
-from jitguard.supervise.progress import Reporter, make_reporter, steps_total
-
-if TYPE_CHECKING:
-    pass
+from jitguard.supervise.progress import make_reporter, steps_total
 
 LOG = logging.getLogger("jitguard.supervise")
 
 BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per directory, whoever starts it
 
 
-@dataclass(frozen=True)
-class _Plan:
-    jobs: int
-    budget_bytes: int | None
-    job_memory: int | None
-    reason: str
-
-
 # -- planning ----------------------------------------------------------------------------------------------
 
 
-def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
+def _plan(options: BuildOptions, module: str, cache_dir: Path) -> JobPlan:
     from jitguard.facts import memory
     from jitguard.facts.capacity import plan_jobs
 
@@ -80,35 +66,10 @@ def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
         memory.probe(), budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs
     )
     # 0: not even one job fits the budget. One job is still the best try; an OOM kill is then classified.
-    return _Plan(max(1, plan.jobs), plan.budget_bytes, plan.job_memory, plan.reason)
+    return JobPlan(max(1, plan.jobs), plan.budget_bytes, plan.job_memory, plan.reason)
 
 
 # -- the public entry point --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Build:
-    """What every step of one build needs: decided once in ``run_ninja``, read by the attempts."""
-
-    module: str
-    build_dir: Path
-    ninja_file: Path
-    ninja: str
-    plan: _Plan
-    options: BuildOptions
-    slots_dir: Path
-    log: fileio.LogFile
-    log_path: Path
-    cache_dir: Path
-    reporter: Reporter
-    started: float
-    keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
-    compiler_cache: compiler_cache.Session | None = None  # the build's sccache, when it uses one
-    foreseen: build_time.Foreseen | None = None  # what the last build of the module here says of this one
-
-    @property
-    def learned(self) -> build_time.BuildDuration | None:
-        return self.foreseen.learned if self.foreseen else None
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
@@ -197,7 +158,7 @@ def run_ninja(
             cache = _compiler_cache(options, log)
             try:
                 return _build(
-                    _Build(
+                    BuildRun(
                         module=module,
                         build_dir=build_dir,
                         ninja_file=ninja_file,
@@ -222,7 +183,7 @@ def run_ninja(
                     cache.close()
 
 
-def _build(b: _Build) -> BuildResult:
+def _build(b: BuildRun) -> BuildResult:
     wrapped = b.log_path.with_name(b.log_path.name + ".ninja")
     try:
         manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
@@ -243,7 +204,7 @@ def _build(b: _Build) -> BuildResult:
             _note(b.log, f"recorded the finished objects for plain ninja too ({record})")
 
 
-def _attempts(b: _Build, wrapped: Path) -> BuildResult:
+def _attempts(b: BuildRun, wrapped: Path) -> BuildResult:
     deadline = b.started + b.options.timeout
     jobs = b.plan.jobs
     peak_rss = 0
