@@ -188,3 +188,192 @@ def test_the_trust_walker_sees_a_check_of_its_own(tmp_path: Path) -> None:
         "fleet/x.py:4: st_uid (use jitguard.fileio)",
         "fleet/x.py:4: lstat (use jitguard.fileio)",
     ]
+
+
+# jitguard's own modules are imported at the top (docs/design.md "Rules a change must keep"). These stay lazy,
+# each for its reason (the same one-line comment sits at the import); a new one fails below until it is put here
+# with its reason, and one that moved to the top must leave the list.
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    # The root and package faces run first on every import beneath them: they stay light.
+    ("__init__.py", "jitguard"): "the root stays at the version: `jitguard.JitguardError` loads errors",
+    (
+        "__init__.py",
+        "jitguard.integrations.flashinfer",
+    ): "the root stays at the version: `install()` loads the hook",
+    (
+        "facts/__init__.py",
+        "jitguard.facts",
+    ): "every probe's import runs facts/__init__; only collect() needs them all",
+    ("gdn/backends/__init__.py", "jitguard.gdn.backends"): "each backend's import runs it; not all three",
+    (
+        "errors.py",
+        "jitguard.fileio",
+    ): "errors loads first everywhere; fileio only when a state dir is refused",
+    # What reports a broken jitguard must import without it.
+    (
+        "boundary/failsafe.py",
+        "jitguard.findings.checks_jitguard",
+    ): "the fault shield, where the installation is broken",
+    ("cli/__init__.py", "jitguard.facts.installation"): "`jitguard` reports a broken installation",
+    ("cli/__init__.py", "jitguard.findings.checks_jitguard"): "`jitguard` reports a broken installation",
+    ("cli/__init__.py", "jitguard.cli.envelope"): "only an error under --json needs it",
+    # Cycles inside the vLLM plugin (the package face imports its parts; the warmup and the GDN site use each other).
+    (
+        "integrations/vllm/coverage.py",
+        "jitguard.integrations.vllm",
+    ): "a cycle: SITES is defined in the package face",
+    ("integrations/vllm/warmup.py", "jitguard.integrations.vllm.gdn"): "a cycle: vllm.gdn imports the warmup",
+    # The engine plugins' import stays light: a stage loads when it is used (FlashInfer builds, a store restores,
+    # the op is asked, a CuTeDSL-era module appears), not with the hook or the plugin.
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit.flashinfer_build",
+    ): "the build stage, when FlashInfer builds",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit.gdn_router",
+    ): "with FlashInfer's GDN prefill module",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit",
+    ): "the kernel cache, with FlashInfer's CuTeDSL module",
+    (
+        "flashinfer_jit/gdn_variants.py",
+        "jitguard.flashinfer_jit.flashinfer_build",
+    ): "the build stage, on a build",
+    (
+        "gdn/backends/flashinfer.py",
+        "jitguard.flashinfer_jit",
+    ): "the kernel cache, where FlashInfer uses CuTeDSL",
+    ("integrations/choices.py", "jitguard.gdn.dispatch"): "the GDN op, when the engine asks its status",
+    (
+        "integrations/vllm/warmup.py",
+        "jitguard.gdn.backends.flashinfer",
+    ): "the GDN op, when a warmup is judged",
+    ("integrations/vllm/warm.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
+    ("integrations/sglang.py", "jitguard.fleet"): "the fleet, when a restore runs",
+}
+# `jitguard --help` imports every command module (cli/__init__.py): a command's own stages load where it runs.
+COMMAND_STAGES: dict[str, frozenset[str]] = {
+    "cli/build.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.build_identity",
+            "jitguard.fleet.module_share",
+            "jitguard.supervise.build_options",
+            "jitguard.supervise.runner",
+        }
+    ),
+    "cli/cache.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.disk",
+            "jitguard.findings.checks_disk",
+            "jitguard.state.failure_cache",
+            "jitguard.state.job_memory",
+            "jitguard.state.kernel_cache",
+            "jitguard.state.module_names",
+        }
+    ),
+    "cli/doctor.py": frozenset(
+        {
+            "jitguard.cli.engine",
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.installation",
+            "jitguard.facts.jit_caches",
+            "jitguard.facts.serialize",
+            "jitguard.findings",
+            "jitguard.findings.checks",
+            "jitguard.findings.checks_jitguard",
+            "jitguard.findings.checks_store",
+            "jitguard.findings.model",
+            "jitguard.flashinfer_jit.probe_module",
+            "jitguard.fleet.artifact_store",
+            "jitguard.fleet.signing",
+            "jitguard.gdn.dispatch",
+            "jitguard.integrations.vllm.preview",
+            "jitguard.supervise.build_options",
+        }
+    ),
+    "cli/gdn.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.gdn.backends.torch",
+            "jitguard.gdn.dispatch",
+            "jitguard.gdn.reference",
+            "jitguard.gdn.shapes",
+            "jitguard.report.text",
+        }
+    ),
+    "cli/warm.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.facts.disk",
+            "jitguard.facts.jit_caches",
+            "jitguard.findings.checks_disk",
+            "jitguard.fleet",
+            "jitguard.fleet.artifact_store",
+            "jitguard.fleet.signing",
+            "jitguard.fleet.snapshot",
+            "jitguard.fleet.warm",
+        }
+    ),
+}
+
+
+def function_level_imports(package_dir: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(file, module) for each import of jitguard's own modules inside a function (``TYPE_CHECKING`` aside)."""
+    found = set()
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(path, package_dir)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+        def visit(node: ast.AST, in_function: bool, path: Path = path, package: str = package) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _is_type_checking(child):
+                    continue
+                if in_function and isinstance(child, ast.Import):
+                    found.update(
+                        (path.relative_to(package_dir).as_posix(), alias.name)
+                        for alias in child.names
+                        if _stage(alias.name) is not None
+                    )
+                elif in_function and isinstance(child, ast.ImportFrom):
+                    base = (
+                        package.split(".")[: len(package.split(".")) - child.level + 1] if child.level else []
+                    )
+                    target = ".".join(base + ([child.module] if child.module else []))
+                    if _stage(target) is not None:
+                        found.add((path.relative_to(package_dir).as_posix(), target))
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def test_jitguards_own_modules_are_imported_at_the_top_but_for_the_listed_lazy_ones() -> None:
+    allowed = set(LAZY_IMPORTS) | {
+        (path, module) for path, modules in COMMAND_STAGES.items() for module in modules
+    }
+    found = function_level_imports()
+    assert sorted(found - allowed) == [], "import these at the module top, or list them with the reason"
+    assert sorted(allowed - found) == [], "these are imported at the top now: take them off the list"
+
+
+def test_the_import_walker_sees_a_function_level_import(tmp_path: Path) -> None:
+    fake = tmp_path / "jitguard" / "state"
+    fake.mkdir(parents=True)
+    (fake / "record.py").write_text(
+        "import os\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jitguard.facts import Facts\n"
+        "def f():\n    import torch\n    from jitguard.findings import model\n    from . import other\n"
+    )
+    assert function_level_imports(tmp_path / "jitguard") == {
+        ("state/record.py", "jitguard.findings"),
+        ("state/record.py", "jitguard.state"),
+    }

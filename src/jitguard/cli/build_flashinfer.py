@@ -24,14 +24,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.cli.flashinfer_variants import installed_version, selection_from
-from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from jitguard.cli.build import add_share_arguments
+from jitguard.cli.envelope import dumps
+from jitguard.cli.flashinfer_variants import installed_version, report_plan, selection_from
+from jitguard.cli.report import console, render_findings
+from jitguard.config import Settings, format_bytes, parse_duration, parse_jobs, parse_memory_spec
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, BuildFailed, UsageError
+from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
+from jitguard.findings.catalog import make
+from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
+from jitguard.flashinfer_jit.gdn_variants import build_variant_module
+from jitguard.state.failure_cache import FailureCache, ttl_from_env
+from jitguard.supervise.build_options import BuildOptions
 
 if TYPE_CHECKING:
     from jitguard.cli.flashinfer_variants import Selection
     from jitguard.findings.model import Finding
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
-    from jitguard.supervise.runner import BuildOptions
 
 COMMAND = "build.flashinfer-gdn"
 GDN_ARCH = "9.0a"  # the nvcc-era module is compiled for sm_90a only
@@ -100,7 +109,6 @@ def register(build_subparsers: Any) -> None:
         "--workspace", default=None, help="FlashInfer workspace base (FLASHINFER_WORKSPACE_BASE)"
     )
     parser.add_argument("--timeout", default=None, help="overall build time limit: 3600, 90m, 2h")
-    from jitguard.cli.build import add_share_arguments
 
     add_share_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
@@ -113,8 +121,6 @@ def execute(args: argparse.Namespace) -> int:
     if args.flashinfer_version and not args.plan:
         raise UsageError("--flashinfer-version plans for another FlashInfer; it needs --plan")
     if args.plan:
-        from jitguard.cli.flashinfer_variants import report_plan
-
         return report_plan(args, env, started)
     options = _options(args, env)
     selection = selection_from(args)
@@ -129,16 +135,12 @@ def execute(args: argparse.Namespace) -> int:
         headline = f"Build of {blocked.module} not started: {blocked.detail}"
         return _report_failure(args, blocked.module, blocked.findings, None, headline, started)
     except ImportError as exc:
-        from jitguard.findings.catalog import make
-
         finding = make(
             "flashinfer-import-broken", backend="flashinfer", evidence=[f"{type(exc).__name__}: {exc}"]
         )
         headline = "Build of gdn_prefill not started: cannot import FlashInfer"
         return _report_failure(args, "gdn_prefill", [finding], None, headline, started)
     except Exception as exc:
-        from jitguard.errors import BuildFailed
-
         if not isinstance(exc, BuildFailed):
             raise
         return _report_failure(args, exc.module, list(exc.findings), exc.log_path, exc.headline, started)
@@ -175,8 +177,6 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
-    from jitguard.config import Settings, parse_duration, parse_jobs, parse_memory_spec
-    from jitguard.supervise.runner import BuildOptions
 
     settings = Settings.from_env(env)
     jobs = parse_jobs(args.jobs, name="--jobs")
@@ -197,11 +197,6 @@ def _build(
     env: dict[str, str], options: BuildOptions, selection: Selection, publish: str | None = None
 ) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
-    from jitguard.config import Settings
-    from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
-    from jitguard.findings.catalog import make
-    from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
-    from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     facts = facts_for(env)
     fi = facts.flashinfer
@@ -245,8 +240,6 @@ def _build(
     )
     try:
         if plan is not None:
-            from jitguard.flashinfer_jit.gdn_variants import build_variant_module
-
             return build_variant_module(plan, load=False, options=options, env=env), None
         spec = _gdn_spec(module)
         return build_spec(spec, load=None, options=options, env=env, publish=publish), None
@@ -281,13 +274,9 @@ def _report_success(
     started: float,
     selection: Selection,
 ) -> int:
-    from jitguard.config import format_bytes
-
     elapsed = time.monotonic() - started
     plan = selection.plan(installed_version())[0] if selection.partial and built is not None else None
     if args.json:
-        from jitguard.cli.envelope import dumps
-
         payload: dict[str, Any] = {"ok": True, "elapsed_s": round(elapsed, 3)}
         if built is None:
             payload.update({"status": "nothing-to-build", "reason": skipped})
@@ -309,7 +298,6 @@ def _report_success(
                 payload["plan"] = plan.to_json()
         print(dumps(COMMAND, payload))
         return _publish_status(built) if built else EXIT_OK
-    from jitguard.cli.report import console, render_findings
 
     out = console()
     if built is None:
@@ -370,8 +358,6 @@ def _report_failure(
 ) -> int:
     """``headline``: one line that says what happened ("Build of X not started: pre-flight found ...")."""
     if args.json:
-        from jitguard.cli.envelope import dumps
-
         payload = {
             "ok": False,
             "status": "failed",
@@ -384,8 +370,6 @@ def _report_failure(
         print(dumps(COMMAND, payload))
         return EXIT_FAILURE
     from rich.markup import escape
-
-    from jitguard.cli.report import console, render_findings
 
     err = console(sys.stderr)
     err.print(f"[bold red]{escape(headline)}[/]")

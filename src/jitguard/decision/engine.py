@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from jitguard.decision.gdn import UNVERIFIED
 from jitguard.errors import BackendUnavailable
+from jitguard.facts.flashinfer import ERA_NVCC
 from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding, sort_findings
 
@@ -290,8 +291,6 @@ def verdict(status: ChoiceStatus, *, named: bool) -> ChoiceVerdict:
 def prefill_in_process(era: str | None, gpu_majors: set[int | None]) -> bool:
     """Whether FlashInfer runs GDN prefill as an in-process CuTeDSL kernel where its nvcc era would build a
     module: on SM100 only (its Blackwell kernel, CUDA 13)."""
-    from jitguard.facts.flashinfer import ERA_NVCC
-
     return era == ERA_NVCC and gpu_majors == {10}
 
 

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard import fileio
+
 LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard")
 
 
@@ -159,8 +161,6 @@ VARIABLE = {
 def untrusted(caches: tuple[CacheLayer, ...]) -> dict[str, tuple[str, ...]]:
     """Each layer whose root a warm save would not publish (``fileio.trusted_root`` under
     ``fileio.PUBLISHED``), with why. A root that does not exist yet is fine. Reads only ``lstat``s."""
-    from jitguard import fileio
-
     found: dict[str, tuple[str, ...]] = {}
     for cache in caches:
         _real, reasons = fileio.trusted_root(cache.root, fileio.PUBLISHED)

@@ -52,9 +52,12 @@ from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.facts import dsl_install
 from jitguard.facts.cutedsl_routes import persists_itself
+from jitguard.findings.checks_dsl import damage
 from jitguard.flashinfer_jit import cutedsl_objects
 from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
+from jitguard.locks.lock_dir import lock_dir
 from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 from jitguard.state.kernel_cache import KernelCache, KernelKey
 
@@ -201,8 +204,6 @@ def _timed(compile: Callable[[], Any], name: str) -> Any:
 def _take_lock(settings: Settings, key: KernelKey) -> ModuleLock | None:
     """The per-kernel lock, held while one process compiles and publishes; None when it cannot be had (then
     this process compiles on its own: harmless, the first publish is kept)."""
-    from jitguard.locks.lock_dir import lock_dir
-
     try:
         path = lock_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"
         lock = ModuleLock(
@@ -243,9 +244,6 @@ def dsl_damage() -> str:
     """Why kernels compiled here must not be kept ('' when they may): the nvidia-cutlass-dsl files differ from
     their wheels' RECORD (``facts.dsl_install``), so a kernel compiled now may not be what the key says, and
     would outlive the repair (the key holds the RECORDs, not the files)."""
-    from jitguard.config import Settings
-    from jitguard.facts import dsl_install
-    from jitguard.findings.checks_dsl import damage
 
     checked = dsl_install.probe(cache_dir=Settings.from_env().cache_dir)  # digests kept by pre-flight
     damaged = [f"{d.name} ({len(bad)} files)" for d in checked.dists if (bad := damage(d))]

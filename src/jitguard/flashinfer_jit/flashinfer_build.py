@@ -39,15 +39,25 @@ from typing import TYPE_CHECKING, Any, Literal
 from jitguard.boundary.process_facts import facts_for
 from jitguard.config import Settings, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
-from jitguard.findings.checks import JIT_BUILD_DOOM
+from jitguard.facts.build_identity import of_facts
+from jitguard.findings.catalog import make
+from jitguard.findings.checks import JIT_BUILD_DOOM, preflight
+from jitguard.findings.checks_toolchain import check_built_library
+from jitguard.findings.classify import classify
 from jitguard.findings.model import Finding
+from jitguard.fleet import module_share
+from jitguard.fleet.artifact_store import ArtifactKey
+from jitguard.fleet.module_share import Share, ShareOutcome, spec_variant
+from jitguard.fleet.signing import Trust
 from jitguard.locks.visible_lock import ModuleLock
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
+from jitguard.supervise.build_options import BuildOptions
+from jitguard.supervise.manifest import nothing_to_do
+from jitguard.supervise.runner import default_log_path, run_ninja
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.fleet.module_share import Share, ShareOutcome
-    from jitguard.supervise.runner import BuildOptions, BuildResult
+    from jitguard.supervise.build_options import BuildResult
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link) now; other pre-flight findings are
@@ -157,8 +167,6 @@ def build_spec(
 
 def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:
     """Publish the built library; never raises (the build itself stands whatever the store does)."""
-    from jitguard.fleet.module_share import ShareOutcome
-
     try:
         return _share(spec, url, settings, facts).publish({so_path.name: so_path})
     except Exception as exc:
@@ -166,10 +174,6 @@ def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Pat
 
 
 def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
-    from jitguard.facts.build_identity import of_facts
-    from jitguard.fleet.artifact_store import ArtifactKey
-    from jitguard.fleet.module_share import Share, spec_variant
-    from jitguard.fleet.signing import Trust
 
     key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
     return Share(url, key, settings.share_timeout, Trust.from_settings(settings))
@@ -180,8 +184,6 @@ def _fetched_here(
 ) -> bool:
     """True when the library in place came from the store for this variant: fetched now (a cold build with a
     store configured) or earlier (its marker still matches). Never raises: a fault means a local build."""
-    from jitguard.fleet import module_share
-
     try:
         if not cold:
             if not module_share.has_marker(so_path):
@@ -206,7 +208,6 @@ def check_before_build(
     cached = failures.get(module, facts.fingerprint, source_digest=source_digest)
     if cached is not None:
         raise CachedBuildFailure(cached.module, cached.findings, cached.log_path, ago=_ago(cached.age()))
-    from jitguard.findings.checks import preflight
 
     findings = preflight(facts, "flashinfer")
     blocking = [f for f in findings if f.blocking and blocks_build(module, f.code)]
@@ -254,8 +255,6 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
     """Stands in for ``flashinfer.jit.cpp_ext.run_ninja`` (FlashInfer's AOT ``build_jit_specs``, or a direct
     ``JitSpec.build``): the same ninja build, through jitguard's runner. ``verbose`` is FlashInfer's flag to
     echo ninja's output; the runner always keeps the full log and reports progress itself."""
-    from jitguard.supervise.runner import run_ninja
-
     settings = Settings.from_env()
     module = Path(workdir).name
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -271,8 +270,6 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
 def default_options(settings: Settings, module: str) -> BuildOptions:
     """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on). The runner
     itself uses the per-job memory learned for ``module`` when JITGUARD_JOB_MEMORY is not set."""
-    from jitguard.supervise.runner import BuildOptions
-
     max_jobs = os.environ.get("MAX_JOBS", "")
     jobs = parse_jobs(max_jobs, name="MAX_JOBS") if max_jobs.strip() else None
     return BuildOptions.from_settings(settings, jobs=jobs, backend="flashinfer")
@@ -280,8 +277,6 @@ def default_options(settings: Settings, module: str) -> BuildOptions:
 
 def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
     """``ninja -n``: would a build of this ninja file run anything? True when it cannot tell."""
-    from jitguard.supervise.manifest import nothing_to_do
-
     ninja = shutil.which("ninja")
     if ninja is None or not ninja_file.exists():
         return True
@@ -289,8 +284,6 @@ def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
 
 
 def new_log_path(cache_dir: Path, module: str) -> Path:
-    from jitguard.supervise.runner import default_log_path
-
     return default_log_path(cache_dir, module)
 
 
@@ -312,8 +305,6 @@ def _run_build(
 ) -> BuildResult:
     # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
     # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
-    from jitguard.supervise.runner import run_ninja
-
     try:
         return run_ninja(
             Path(spec.build_dir),
@@ -335,7 +326,6 @@ def _check_library(
         raise BuildFailed(
             key.module, [_missing_library(key.module, so_path)], log_text, detail="no library after the build"
         )
-    from jitguard.findings.checks_toolchain import check_built_library
 
     findings = check_built_library(so_path, facts.libstdcxx)
     blocking = [f for f in findings if f.blocking]
@@ -355,8 +345,6 @@ def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path
     try:
         return load(so_path)
     except Exception as exc:
-        from jitguard.findings.classify import classify
-
         found = classify(str(exc), None)
         # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
         if any(f.code != "build-failed" for f in found):
@@ -381,8 +369,6 @@ def _mtime(path: Path) -> int | None:
 
 
 def _missing_library(module: str, so_path: Path) -> Finding:
-    from jitguard.findings.catalog import make
-
     return make(
         "build-failed",
         backend="flashinfer",

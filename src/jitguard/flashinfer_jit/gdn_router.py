@@ -34,6 +34,7 @@ from typing import Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
+from jitguard.config import Settings, read
 from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.decision.gdn_variants import (
     FULL_MODULE,
@@ -44,8 +45,9 @@ from jitguard.decision.gdn_variants import (
     family_for,
     plan_for,
 )
-from jitguard.errors import BuildFailed
+from jitguard.errors import BuildFailed, ConfigError
 from jitguard.facts.flashinfer import installed_version
+from jitguard.flashinfer_jit.gdn_variants import build_variant_module, find_built, load_built
 
 log = logging.getLogger("jitguard")
 GETTER = "get_gdn_prefill_module"
@@ -257,8 +259,6 @@ def route(gdn_prefill: ModuleType) -> bool:
     nothing, when the variants are off (``JITGUARD_DISABLE=1``, ``JITGUARD_GDN_VARIANTS=all``), this FlashInfer
     has no per-variant instances (not 0.6.3 - 0.6.13), or its getter is not there. Raises ConfigError for a
     malformed JITGUARD_* setting."""
-    from jitguard.config import Settings
-
     with _lock:
         if patches.is_wrapped(gdn_prefill, GETTER):
             return True
@@ -302,8 +302,6 @@ def is_routed(gdn_prefill: ModuleType) -> bool:
 
 
 def _disabled_now() -> bool:
-    from jitguard.config import read
-    from jitguard.errors import ConfigError
 
     try:
         return bool(read("JITGUARD_DISABLE"))
@@ -330,14 +328,10 @@ def _full_module_exists() -> bool:
 
 
 def _find_built(version: str, variant: GdnVariant) -> VariantPlan | None:
-    from jitguard.flashinfer_jit.gdn_variants import find_built
-
     return find_built(_jit_dir(), version, variant)
 
 
 def _build_and_load(plan: VariantPlan) -> Kernel:
-    from jitguard.flashinfer_jit.gdn_variants import build_variant_module, load_built
-
     if os.environ.get("FLASHINFER_DISABLE_JIT"):
         # No compiling allowed: a prebuilt partial module may still be loaded (checked first); else
         # FlashInfer's own path answers (its MissingJITCacheError).

@@ -41,11 +41,12 @@ from jitguard.decision.gdn_variants import (
     parse_variant,
     plan_for,
 )
+from jitguard.facts.elf import symbols
 from jitguard.fileio import read_json, write_json
 
 if TYPE_CHECKING:
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
 MANIFEST = "jitguard_variants.json"  # beside the partial module's build.ninja: what it holds
 MANIFEST_SCHEMA = "jitguard.gdn-variants/1"
@@ -285,7 +286,6 @@ def verify_library(so_path: Path, plan: VariantPlan) -> None:
     the first call of that instance. Raises ``IncompleteModule`` (a jitguard fault: take the full module)."""
     if not plan.partial:
         return
-    from jitguard.facts.elf import symbols
 
     _, undefined = symbols(so_path, containing=INSTANCE_SYMBOL)
     if undefined:
@@ -307,6 +307,7 @@ def build_variant_module(
     own lock and failure-cache entry), verify and optionally load the plan's module. Raises ``BuildFailed``
     and its kin like ``build_spec``, and ``VariantSourceError``/``IncompleteModule`` when the partial module
     cannot be made safely."""
+    # lazy: the build stage loads when a partial module is built, not with the router
     from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
     spec = spec if spec is not None else prepare_spec(plan)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from jitguard import fileio
+from jitguard.fleet.signing import Trust
 from jitguard.fleet.store import (
     ArtifactRejected,
     StoreUnavailable,
@@ -61,7 +62,7 @@ MAX_FILE_BYTES = 16 * 1024**3
 _KEY_PART = re.compile(r"[A-Za-z0-9_.+-]{1,120}")  # fullmatch: no trailing newline slips through
 
 if TYPE_CHECKING:
-    from jitguard.fleet.signing import Seal, Trust
+    from jitguard.fleet.signing import Seal
 
 T = TypeVar("T")
 
@@ -204,8 +205,6 @@ class ArtifactStore:
     def trust(self) -> Trust:
         """How manifests are signed and checked. Raises SigningError for trusted keys that cannot be used."""
         if self._trust is None:
-            from jitguard.fleet.signing import Trust
-
             self._trust = Trust.from_env()
         return self._trust
 

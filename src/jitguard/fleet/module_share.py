@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.fileio import write_json
 from jitguard.fleet.artifact_store import (
     ArtifactKey,
     ArtifactRejected,
@@ -40,6 +41,7 @@ from jitguard.fleet.artifact_store import (
     StoreUnavailable,
     describe_url,
 )
+from jitguard.fleet.signing import SignatureRefused, SigningError
 
 if TYPE_CHECKING:
     from jitguard.fleet.signing import Trust
@@ -159,8 +161,6 @@ def _skip(url: str, operation: str) -> ShareOutcome | None:
 
 
 def _failed(url: str, module: str, what: str, exc: BaseException) -> ShareOutcome:
-    from jitguard.fleet.signing import SignatureRefused, SigningError
-
     reason = str(exc) or type(exc).__name__
     if isinstance(exc, SignatureRefused):
         log.warning(
@@ -244,8 +244,6 @@ def forget_fetched(paths: Iterable[Path]) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from jitguard.fileio import write_json
-
     write_json(path, data)
 
 

@@ -29,14 +29,12 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jitguard import fileio
+from jitguard.config import Settings
 from jitguard.errors import UsageError
 from jitguard.fleet.store import ArtifactRejected
-
-if TYPE_CHECKING:
-    from jitguard.config import Settings
 
 SCHEMA = "jitguard.signed/1"
 KEY_TYPE = "jitguard-ed25519"
@@ -164,8 +162,6 @@ class Trust:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Trust:
-        from jitguard.config import Settings
-
         return cls.from_settings(Settings.from_env(env))
 
     @property

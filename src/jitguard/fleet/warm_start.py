@@ -27,6 +27,7 @@ from typing import Any
 from jitguard import fileio
 from jitguard.config import Settings, format_bytes
 from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.facts import gpu
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
@@ -73,7 +74,6 @@ def host_arch(settings: Settings) -> str | None:
     initialised). None when there is no GPU to ask."""
     if settings.warm_arch:
         return arch_of(settings.warm_arch)
-    from jitguard.facts import gpu
 
     capabilities = gpu.probe(os.environ).capabilities
     return arch_of(capabilities[0]) if capabilities else None

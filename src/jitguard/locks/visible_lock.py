@@ -36,6 +36,7 @@ from jitguard import fileio
 from jitguard.config import format_duration as _duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.fileio import read_json, write_json
+from jitguard.findings.catalog import make
 from jitguard.locks.lock_dir import lock_path_for
 
 LOGGER_NAME = "jitguard"
@@ -134,8 +135,6 @@ def progress_from_log(path: Path) -> tuple[int, int] | None:
 
 
 def _lock_timeout(module: str, waited: float, holder: HolderInfo | None, lock_path: Path) -> LockTimeout:
-    from jitguard.findings.catalog import make
-
     who = holder.describe() if holder else "a process that did not say who it is (stock FlashInfer?)"
     finding = make(
         "lock-timeout",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jitguard import fileio
-from jitguard.config import default_cache_dir
+from jitguard.config import default_cache_dir, read
 from jitguard.errors import StateUnwritable
 from jitguard.findings.model import Finding
 from jitguard.version import __version__
@@ -131,8 +131,6 @@ def _text(value: Any) -> str:
 
 def ttl_from_env(env: Mapping[str, str] | None = None) -> float:
     """JITGUARD_FAILURE_TTL ('168h', '90m' or seconds; parsed with the other settings) or 7 days."""
-    from jitguard.config import read
-
     ttl = read(TTL_ENV, env)
     return DEFAULT_TTL_S if ttl is None else float(ttl)
 

@@ -24,6 +24,7 @@ import logging
 import os
 from pathlib import Path
 
+from jitguard.config import read
 from jitguard.supervise.keeper import CGROUP_PREFIX, Cgroup, start_time
 
 LOG = logging.getLogger("jitguard.supervise")
@@ -108,8 +109,6 @@ def sweep(directory: Path, version: int) -> int:
 
 def create(choice: str | None = None, *, proc: Path = Path("/proc")) -> Cgroup | None:
     """A new, empty cgroup for one attempt below this process's own, or None where none can be made."""
-    from jitguard.config import read
-
     choice = (choice or read(CGROUP_ENV) or "auto").lower()  # a malformed JITGUARD_CGROUP: ConfigError
     if choice == "off":
         return None

@@ -34,8 +34,11 @@ from pathlib import Path
 from jitguard import fileio
 from jitguard.config import MAX_JOBS, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
+from jitguard.facts import memory
+from jitguard.facts.capacity import plan_jobs
 from jitguard.fleet import compiler_cache
 from jitguard.locks.visible_lock import ModuleLock
+from jitguard.state.job_memory import JobMemoryStore
 from jitguard.supervise import build_time, manifest, ninja_log, slots
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
@@ -53,14 +56,10 @@ BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per dire
 
 
 def _plan(options: BuildOptions, module: str, cache_dir: Path) -> JobPlan:
-    from jitguard.facts import memory
-    from jitguard.facts.capacity import plan_jobs
 
     job_memory = options.job_memory
     if job_memory is None:
         with contextlib.suppress(Exception):  # a learned estimate is a help, never a reason to fail
-            from jitguard.state.job_memory import JobMemoryStore
-
             job_memory = JobMemoryStore(cache_dir).estimate(module)
     plan = plan_jobs(
         memory.probe(), budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs
@@ -315,6 +314,4 @@ def _report_compiler_cache(cache: compiler_cache.Session, log: fileio.LogFile) -
 
 def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
     with contextlib.suppress(Exception):  # learning is best effort; a read-only cache must not fail a build
-        from jitguard.state.job_memory import JobMemoryStore
-
         JobMemoryStore(cache_dir).observe(module, peak_job)

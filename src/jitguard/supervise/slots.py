@@ -41,6 +41,7 @@ from pathlib import Path
 
 from jitguard import fileio
 from jitguard.fileio import PRIVATE_DIR_MODE, safe_name
+from jitguard.locks.lock_dir import lock_dir
 from jitguard.supervise.keeper import start_time
 
 SLOT_PREFIX = "slot-"
@@ -55,8 +56,6 @@ def host_slots_dir(cache_dir: Path, *, mount_table: str | None = None) -> Path:
     """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``, or the same under the
     private temporary fallback, or under a local directory when the cache dir is on a network file system
     (``jitguard.locks.lock_dir``; ``mount_table``: the mount table's text, default this process's)."""
-    from jitguard.locks.lock_dir import lock_dir  # not at import: the launcher imports this module
-
     host = safe_name(socket.gethostname() or "localhost")
     try:
         return lock_dir(cache_dir, "slots", table=mount_table) / host

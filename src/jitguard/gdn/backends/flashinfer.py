@@ -23,9 +23,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
+from jitguard.flashinfer_jit.gdn_router import route, router
 from jitguard.gdn.call import GdnCall
+from jitguard.gdn.reference import l2norm
 
 if TYPE_CHECKING:
     import torch
@@ -107,14 +110,13 @@ def load() -> None:
         return
     module = importlib.import_module("flashinfer.gdn_prefill")
     if era(installed_version()) == "nvcc":
-        from jitguard.flashinfer_jit.gdn_router import route
-
         if not route(module):
             module.get_gdn_prefill_module()
     else:
         _check_dsl_kernel()
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
+            # lazy: the kernel cache loads only where FlashInfer compiles with CuTeDSL
             from jitguard.flashinfer_jit import cutedsl_cache
 
             cutedsl_cache.route(compile_cache)  # each kernel compiled once per host, not once per process
@@ -125,8 +127,6 @@ def prepare(call: GdnCall) -> None:
     """Before the first launch of a kind of call: build and load the module that serves its instance (nvcc
     era, routed), so that build is a load-stage failure like the full module's. Later calls that need another
     instance (e.g. without an initial state) get it built on demand, just as visibly."""
-    from jitguard.flashinfer_jit.gdn_router import router
-
     routed = router()
     variant = _variant(call, routed.family) if routed is not None else None
     if routed is not None and variant is not None:
@@ -134,8 +134,6 @@ def prepare(call: GdnCall) -> None:
 
 
 def _variant(call: GdnCall, family: Any) -> Any:
-    from jitguard.decision.gdn_model_variants import variant_of_call
-
     return variant_of_call(
         str(call.q.dtype),
         int(call.q.shape[1]),
@@ -178,8 +176,6 @@ def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
 
     q, k = call.q, call.k
     if call.use_qk_l2norm:
-        from jitguard.gdn.reference import l2norm
-
         q, k = l2norm(q), l2norm(k)
     f32 = torch.float32
     g, beta = call.g, call.beta

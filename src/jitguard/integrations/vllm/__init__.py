@@ -37,8 +37,11 @@ from typing import TYPE_CHECKING
 
 from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
+from jitguard.config import Settings
 from jitguard.decision.engine import normalise_request
-from jitguard.integrations.choices import ChoiceGuard
+from jitguard.errors import UsageError
+from jitguard.integrations.choices import ChoiceGuard, gdn_status
+from jitguard.integrations.flashinfer import install
 from jitguard.integrations.import_hooks import PostImportHook
 from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
@@ -84,8 +87,6 @@ def engine_facts() -> process_facts.ProcessFacts:
 def default_status() -> BackendStatus:
     """FlashInfer GDN prefill's status on this process's facts: the GDN op's status plus the recorded failures
     of FlashInfer's GDN modules (what the guard judges GDN prefill on unless ``register(status=...)``)."""
-    from jitguard.integrations.choices import gdn_status
-
     return gdn_status(engine_facts().get())
 
 
@@ -145,7 +146,6 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
     global _hook
     if not vllm_installed():
         return False
-    from jitguard.config import Settings
 
     if Settings.from_env().disabled:
         return False
@@ -202,8 +202,6 @@ choices = guard  # the name earlier callers use
 
 def _install_build_hook() -> None:
     try:
-        from jitguard.integrations.flashinfer import install
-
         active = install()
     except Exception:
         log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
@@ -212,6 +210,4 @@ def _install_build_hook() -> None:
 
 
 def _is_config(exc: BaseException) -> bool:
-    from jitguard.errors import UsageError
-
     return isinstance(exc, UsageError)
