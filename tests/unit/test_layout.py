@@ -294,8 +294,8 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.findings.checks_store",
             "jitguard.findings.model",
             "jitguard.flashinfer_jit.probe_module",
-            "jitguard.fleet.artifact_store",
             "jitguard.fleet.signing",
+            "jitguard.fleet.store",
             "jitguard.gdn.dispatch",
             "jitguard.integrations.vllm.preview",
             "jitguard.supervise.build_options",
@@ -321,6 +321,7 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.fleet.artifact_store",
             "jitguard.fleet.signing",
             "jitguard.fleet.snapshot",
+            "jitguard.fleet.store",
             "jitguard.fleet.warm",
         }
     ),

@@ -74,9 +74,9 @@ def execute(args: argparse.Namespace) -> int:
 
     from jitguard.facts.jit_caches import LAYER_NAMES
     from jitguard.fleet import warm_start
-    from jitguard.fleet.artifact_store import describe_url
     from jitguard.fleet.signing import Trust
     from jitguard.fleet.snapshot import arch_of
+    from jitguard.fleet.store import describe_url
 
     settings = Settings.from_env()
     trust = Trust.from_settings(settings)  # trusted keys that cannot be used: exit 2, never "trust all"

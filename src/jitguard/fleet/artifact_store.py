@@ -53,8 +53,6 @@ from jitguard.fleet.store import (
 )
 from jitguard.version import __version__
 
-__all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url"]
-
 SCHEMA = "jitguard.artifact/1"
 LAYOUT = "v1"
 MAX_MANIFEST_BYTES = 1024**2

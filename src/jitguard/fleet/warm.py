@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from jitguard import fileio
 from jitguard.facts.jit_caches import CacheLayer
-from jitguard.fleet.artifact_store import ArtifactRejected, ArtifactStore, StoreUnavailable, StoreView
+from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import SignatureRefused
 from jitguard.fleet.snapshot import (
     MAX_MANIFEST_BYTES,
@@ -47,6 +47,7 @@ from jitguard.fleet.snapshot import (
     read_layer,
     relocate_triton_group,
 )
+from jitguard.fleet.store import ArtifactRejected, StoreUnavailable, StoreView
 from jitguard.version import __version__
 
 _DIR_MODE = 0o700

@@ -29,9 +29,10 @@ from jitguard.config import Settings, format_bytes
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts import gpu
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
-from jitguard.fleet.artifact_store import ArtifactStore, describe_url
+from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
+from jitguard.fleet.store import describe_url
 from jitguard.fleet.warm import (
     NothingToSave,
     Restored,

@@ -72,7 +72,6 @@ SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *predic
 _BY_MODULE: dict[str, tuple[Site, ...]] = {}
 for _site in SITES:
     _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)
-_route_logs = route_logs  # the name tests and older callers use
 
 _guard = ChoiceGuard(ENGINE)
 _hook: _SiteImportHook | None = None
@@ -195,9 +194,6 @@ def is_registered() -> bool:
 def guard() -> ChoiceGuard:
     """This process's guard of every FlashInfer choice vLLM makes (GDN prefill included)."""
     return _guard
-
-
-choices = guard  # the name earlier callers use
 
 
 def _install_build_hook() -> None:
