@@ -1,28 +1,9 @@
 """The guarded build of one FlashInfer nvcc JIT module (a ``JitSpec``): what replaces its silent build+load.
 
-In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
-
-1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 5;
-2. cold build only (no ``.so`` yet), the failure cache: this module already failed in this very environment
-   -> ``CachedBuildFailure`` at once;
-3. cold build only, pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) ->
-   ``BuildFailed`` before the first compile, recorded in the failure cache;
-4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
-   classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk, lock);
-5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded
-   (and the caller's own ``verify``: a partial GDN module's symbol check, ``gdn_variants.verify_library``);
-6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
-
-With an artifact store (``JITGUARD_SHARE``, ``fleet.module_share``), a cold build first tries to fetch
-the module (before the failure cache and pre-flight: a host that cannot build may still fetch), and a library
-fetched for this very variant counts as up to date; after a build, the module is published when asked
-(``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
-
-The facts are this process's (``boundary.process_facts``: the ones the engine plugins judge on, collected once
-within the pre-flight deadline), or an explicit ``env``'s.
-
-``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
-flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
+Under the module's lock: fetch from the store, the failure cache and pre-flight before a cold build, the
+supervised build (classified and recorded when it fails), the GLIBCXX check before the load, the outcome
+recorded (``build_spec``). Called by the FlashInfer hook and by ``jitguard build flashinfer-gdn``; nothing
+here imports flashinfer: the spec is handed in.
 """
 
 from __future__ import annotations
@@ -93,7 +74,19 @@ def build_spec(
     verify: Callable[[Path], None] | None = None,
     publish: str | None = None,
 ) -> BuiltModule:
-    """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
+    """Build (if needed), check and optionally load one FlashInfer ``JitSpec``, under the module's lock
+    (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
+
+    1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 4;
+    2. cold build only: with a store (``fleet.module_share``), fetch the module first (a host that cannot build
+       may still fetch); then the failure cache (this module already failed in this very environment ->
+       ``CachedBuildFailure``) and pre-flight (what dooms any build of it -> ``BuildFailed``, recorded);
+    3. the build, through the supervised runner; a failure is classified and recorded unless its cause is
+       transient (timeout, stall, interrupt, disk, lock); published after a build when asked (``publish``,
+       ``JITGUARD_SHARE_PUBLISH=1``); a store that fails is one warning and a local build;
+    4. the exact GLIBCXX check of the ``.so`` against this process's libstdc++ BEFORE it is loaded;
+    5. the load (optional: the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
+
     ``verify(so_path)`` runs after the checks and before the load (a partial GDN module's symbol check); what
     it raises propagates, nothing is recorded.
 

@@ -1,25 +1,10 @@
 """Which module serves a FlashInfer GDN prefill call (nvcc era): one that holds the call's instance.
 
-FlashInfer's ``chunk_gated_delta_rule`` calls ``get_gdn_prefill_module().gdn_prefill(...)`` on every SM90
-call, and ``get_gdn_prefill_module`` (``functools.cache``) builds and loads the full module: every instance.
-``route(flashinfer.gdn_prefill)`` replaces that getter with one that returns a router with the same
-``gdn_prefill``. FlashInfer's own Python wrapper still validates, allocates and converts; only the library
-behind the call changes. Per call the router reads the instance FlashInfer's launcher would pick (q's dtype,
-``Hv > Hq``, which of beta/alpha/initial state are given, checkpointing) from the arguments and calls a module
-that holds it, found or made on first need, in this order:
-
-1. FlashInfer's full module when it is already there (flashinfer-jit-cache, the wheel's AOT dir, an earlier
-   full build): nothing to compile;
-2. a partial module in FlashInfer's cache that holds the instance (``jitguard build flashinfer-gdn --model``);
-3. a new partial module: the expected set (``expect``: the model config, before the first call) when it holds
-   the instance, else the instance alone. Logged, built by ``gdn_variants.build_variant_module``: the module
-   lock (ranks share one build), the failure cache, the supervised runner.
-
-Never worse than FlashInfer's own path (docs/failsafe.md): a call it cannot read (another dtype, an unknown
-signature) goes to the full module; a partial build that fails with a compile error jitguard cannot name
-(``decision.gdn_variants.falls_back_to_full``) or with a fault of jitguard's (sources not as expected, the
-symbol check) gives way to the full module with one warning; a verdict about the machine (no libcuda, out of
-memory, a timeout, a cached failure of that kind, a lock wait given up) propagates as the full build's would.
+``route`` replaces ``get_gdn_prefill_module`` (which builds every instance) with a router that reads each
+call's instance from its arguments and calls, in order: FlashInfer's full module when it is already there, a
+partial module in FlashInfer's cache that holds it, or a new one (the model's expected set, else the instance
+alone). Never worse than FlashInfer's own path: what it cannot read or build for a reason of its own goes
+to the full module; a verdict about the machine propagates as the full build's would (docs/gdn_variants.md).
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The supervised ninja build: memory-bounded, watched, retried at lower parallelism after an OOM kill.
 
-``run_ninja(build_dir, ninja_file, module=..., options=...)`` is what FlashInfer's ``run_ninja`` becomes under
-jitguard, and what ``jitguard build ninja`` runs:
-
-1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
-   ``UsageError`` naming the user's file and line;
-2. take the build lock of the build directory (``locks.visible_lock``: one build per manifest on the host, whoever
-   calls; others wait visibly, time out, or take over when the holder dies), and look again: a build that
-   finished while we waited leaves nothing to do;
-3. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
-   per-job estimate learned for this module or the measured default, the CPU limit) unless jobs are given;
-4. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``supervise.manifest``,
-   ``supervise.launcher``, ``supervise.slots``), under a keeper in its own session and cgroup
-   (``supervise.process_tree``), with the full output in a log file and live progress (``supervise.progress``);
-5. watch it (``supervise.attempt``): overall timeout; stall watchdog (no output and no CPU for
-   ``stall_timeout``, unless the build only waits for slots that other builds hold: it names them); memory;
-6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
-7. on success record the per-job peak memory for the next plan, and the wall time, steps and jobs
-   (``supervise.build_time``: the next build says how long it will take, how long is left, and warns when
-   that outlasts the engine's wait for it); on failure raise ``BuildFailed`` with the
-   classified findings (``supervise.diagnosis``) and the log path. Whatever happens, no process of the build outlives the call.
+``run_ninja`` is what FlashInfer's ``run_ninja`` becomes under jitguard, and what ``jitguard build ninja`` runs:
+one build per manifest on the host, no process of it outliving the call, and a failure that says why
+(docs/design.md "Build runner").
 """
 
 from __future__ import annotations
@@ -90,7 +73,21 @@ def run_ninja(
     options: BuildOptions,
     log_path: Path | None = None,
 ) -> BuildResult:
-    """Build ``ninja_file`` in ``build_dir`` under supervision. Raises ``BuildFailed`` on failure."""
+    """Build ``ninja_file`` in ``build_dir`` under supervision. Raises ``BuildFailed`` on failure.
+
+    1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
+       ``UsageError`` naming the user's file and line;
+    2. take the build lock of the build directory (``locks.visible_lock``: others wait visibly, time out, or take
+       over when the holder dies), and look again: a build that finished while we waited leaves nothing to do;
+    3. plan the jobs from the memory budget (``facts.capacity.plan_jobs``) unless they are given;
+    4. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``supervise.manifest``,
+       ``supervise.launcher``, ``supervise.slots``), under a keeper in its own session and cgroup
+       (``supervise.process_tree``), the full output in the log, live progress (``supervise.progress``);
+    5. watch it (``supervise.attempt``): overall timeout, stall watchdog, memory;
+    6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
+    7. on success record the per-job peak memory and the wall time (``supervise.build_time``); on failure raise
+       ``BuildFailed`` with the classified findings (``supervise.diagnosis``) and the log path.
+    """
     build_dir = Path(build_dir)
     ninja_file = Path(ninja_file)
     if not ninja_file.is_file():
