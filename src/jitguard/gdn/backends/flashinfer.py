@@ -1,18 +1,8 @@
 """The FlashInfer backend: ``flashinfer.gdn_prefill.chunk_gated_delta_rule`` (SM90 Hopper and newer).
 
-Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL sources):
-- nvcc era, 0.6.3 - 0.6.13: the first call JIT-compiles the ``gdn_prefill_sm90`` module with nvcc (34 TUs
-  at 0.6.3 - 0.6.7, 66 from 0.6.8) unless a prebuilt cache or flashinfer-jit-cache has it; SM90 only.
-- CuTeDSL era, >= 0.6.14: kernels compiled in-process by nvidia-cutlass-dsl on the first call of each
-  specialisation (FlashInfer alone: every process, every restart; ``load()`` routes its compile through
-  ``flashinfer_jit.cutedsl_cache``, so once per host); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
-  fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
-
-Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
-input gives NaN), alpha and beta as contiguous float32, cu_seqlens on the device (FlashInfer casts it to
-int64 itself), q/k l2-normalised by jitguard (FlashInfer <= 0.6.18 accepts ``use_qk_l2norm_in_kernel`` and
-ignores it). The state layout [N, H, V, K] float32 and the head rules (GQA and GVA, ``H = max(Hq, Hv)``) are
-FlashInfer's own.
+Two eras share one signature: nvcc (0.6.3 - 0.6.13: a JIT module, routed through ``flashinfer_jit.gdn_router``)
+and CuTeDSL (>= 0.6.14: in-process kernels, through ``flashinfer_jit.cutedsl_cache``). From jitguard's
+convention: ``alpha = exp(g)``, float32 alpha and beta, q/k l2-normalised by jitguard (docs/gdn.md).
 """
 
 from __future__ import annotations
