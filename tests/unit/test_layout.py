@@ -253,7 +253,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("integrations/vllm/warm.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
     ("integrations/sglang.py", "jitguard.fleet"): "the fleet, when a restore runs",
 }
-# `jitguard --help` imports every command module (cli/__init__.py): a command's own stages load where it runs.
+# `jitguard --help` imports every command module (cli/__init__.py, and cli/build.py its targets' modules): a
+# command's own stages load where it runs, so `--help` stays light and `jitguard doctor` can name a missing
+# dependency (tests/real/failsafe/test_broken_jitguard.py).
 COMMAND_STAGES: dict[str, frozenset[str]] = {
     "cli/build.py": frozenset(
         {
@@ -264,6 +266,19 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.fleet.module_share",
             "jitguard.supervise.build_options",
             "jitguard.supervise.runner",
+        }
+    ),
+    "cli/build_flashinfer.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.flashinfer_variants",
+            "jitguard.cli.report",
+            "jitguard.facts.flashinfer",
+            "jitguard.findings.catalog",
+            "jitguard.flashinfer_jit.flashinfer_build",
+            "jitguard.flashinfer_jit.gdn_variants",
+            "jitguard.state.failure_cache",
+            "jitguard.supervise.build_options",
         }
     ),
     "cli/cache.py": frozenset(
@@ -299,6 +314,14 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.gdn.dispatch",
             "jitguard.integrations.vllm.preview",
             "jitguard.supervise.build_options",
+        }
+    ),
+    "cli/flashinfer_variants.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.decision.gdn_model_variants",
+            "jitguard.decision.gdn_variants",
+            "jitguard.facts.flashinfer",
         }
     ),
     "cli/gdn.py": frozenset(

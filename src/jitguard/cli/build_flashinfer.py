@@ -25,22 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jitguard.cli.build import add_share_arguments
-from jitguard.cli.envelope import dumps
-from jitguard.cli.flashinfer_variants import installed_version, report_plan, selection_from
-from jitguard.cli.report import console, render_findings
+from jitguard.cli.flashinfer_variants import installed_version, selection_from
 from jitguard.config import Settings, format_bytes, parse_duration, parse_jobs, parse_memory_spec
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, BuildFailed, UsageError
-from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
-from jitguard.findings.catalog import make
-from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
-from jitguard.flashinfer_jit.gdn_variants import build_variant_module
-from jitguard.state.failure_cache import FailureCache, ttl_from_env
-from jitguard.supervise.build_options import BuildOptions
 
 if TYPE_CHECKING:
     from jitguard.cli.flashinfer_variants import Selection
     from jitguard.findings.model import Finding
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
+    from jitguard.supervise.build_options import BuildOptions
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 COMMAND = "build.flashinfer-gdn"
 GDN_ARCH = "9.0a"  # the nvcc-era module is compiled for sm_90a only
@@ -121,6 +116,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.flashinfer_version and not args.plan:
         raise UsageError("--flashinfer-version plans for another FlashInfer; it needs --plan")
     if args.plan:
+        from jitguard.cli.flashinfer_variants import report_plan
+
         return report_plan(args, env, started)
     options = _options(args, env)
     selection = selection_from(args)
@@ -135,6 +132,8 @@ def execute(args: argparse.Namespace) -> int:
         headline = f"Build of {blocked.module} not started: {blocked.detail}"
         return _report_failure(args, blocked.module, blocked.findings, None, headline, started)
     except ImportError as exc:
+        from jitguard.findings.catalog import make
+
         finding = make(
             "flashinfer-import-broken", backend="flashinfer", evidence=[f"{type(exc).__name__}: {exc}"]
         )
@@ -177,6 +176,7 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
+    from jitguard.supervise.build_options import BuildOptions
 
     settings = Settings.from_env(env)
     jobs = parse_jobs(args.jobs, name="--jobs")
@@ -197,6 +197,10 @@ def _build(
     env: dict[str, str], options: BuildOptions, selection: Selection, publish: str | None = None
 ) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
+    from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
+    from jitguard.findings.catalog import make
+    from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     facts = facts_for(env)
     fi = facts.flashinfer
@@ -240,6 +244,8 @@ def _build(
     )
     try:
         if plan is not None:
+            from jitguard.flashinfer_jit.gdn_variants import build_variant_module
+
             return build_variant_module(plan, load=False, options=options, env=env), None
         spec = _gdn_spec(module)
         return build_spec(spec, load=None, options=options, env=env, publish=publish), None
@@ -277,6 +283,8 @@ def _report_success(
     elapsed = time.monotonic() - started
     plan = selection.plan(installed_version())[0] if selection.partial and built is not None else None
     if args.json:
+        from jitguard.cli.envelope import dumps
+
         payload: dict[str, Any] = {"ok": True, "elapsed_s": round(elapsed, 3)}
         if built is None:
             payload.update({"status": "nothing-to-build", "reason": skipped})
@@ -298,6 +306,7 @@ def _report_success(
                 payload["plan"] = plan.to_json()
         print(dumps(COMMAND, payload))
         return _publish_status(built) if built else EXIT_OK
+    from jitguard.cli.report import console, render_findings
 
     out = console()
     if built is None:
@@ -358,6 +367,8 @@ def _report_failure(
 ) -> int:
     """``headline``: one line that says what happened ("Build of X not started: pre-flight found ...")."""
     if args.json:
+        from jitguard.cli.envelope import dumps
+
         payload = {
             "ok": False,
             "status": "failed",
@@ -370,6 +381,8 @@ def _report_failure(
         print(dumps(COMMAND, payload))
         return EXIT_FAILURE
     from rich.markup import escape
+
+    from jitguard.cli.report import console, render_findings
 
     err = console(sys.stderr)
     err.print(f"[bold red]{escape(headline)}[/]")

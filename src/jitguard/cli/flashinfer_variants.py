@@ -11,16 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.cli.envelope import dumps
-from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
-from jitguard.decision.gdn_variants import VariantError, parse_variant, plan_for
 from jitguard.errors import EXIT_OK, UsageError
-from jitguard.facts.flashinfer import installed_version as version
-from jitguard.facts.flashinfer import workspace_dirs
 
 if TYPE_CHECKING:
     from jitguard.decision.gdn_model_variants import ModelGdn
     from jitguard.decision.gdn_variants import VariantPlan
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 COMMAND = "build.flashinfer-gdn"
 
@@ -41,6 +38,8 @@ class Selection:
 
     def plan(self, version: str | None) -> tuple[VariantPlan, tuple[str, ...]]:
         """The plan for flashinfer-python ``version`` and the notes on how it was chosen."""
+        from jitguard.decision.gdn_model_variants import variants_for_model
+        from jitguard.decision.gdn_variants import VariantError, parse_variant, plan_for
 
         if version is None:
             raise VariantError(
@@ -87,6 +86,7 @@ def selection_from(args: argparse.Namespace) -> Selection:
         raise UsageError("--dtype and --checkpointing choose instances for a model: give --model PATH too")
     if not args.model:
         return Selection(variant_names=tuple(args.variant))
+    from jitguard.decision.gdn_model_variants import model_gdn_from_config
 
     path = _config_path(args.model)
     return Selection(
@@ -99,6 +99,8 @@ def selection_from(args: argparse.Namespace) -> Selection:
 
 
 def installed_version() -> str | None:
+    from jitguard.facts.flashinfer import installed_version as version
+
     return version()
 
 
@@ -131,6 +133,8 @@ def _read_config(path: Path) -> dict[str, Any]:
 def module_dir(env: dict[str, str], version: str, module: str) -> Path:
     """Where FlashInfer (and the serving process) keeps ``module``:
     ``<FLASHINFER_WORKSPACE_BASE or $HOME>/.cache/flashinfer/<version>/90a/cached_ops/<module>``."""
+    from jitguard.facts.flashinfer import workspace_dirs
+
     jit_dir = workspace_dirs(env, version)[0]
     return jit_dir / module
 
@@ -144,6 +148,8 @@ def report_plan(args: argparse.Namespace, env: dict[str, str], started: float) -
     so_path = directory / f"{plan.module}.so"
     built = so_path.is_file()
     if args.json:
+        from jitguard.cli.envelope import dumps
+
         payload = {
             "ok": True,
             "status": "plan",
