@@ -223,8 +223,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "jitguard.integrations.vllm",
     ): "a cycle: SITES is defined in the package face",
     ("integrations/vllm/warmup.py", "jitguard.integrations.vllm.gdn"): "a cycle: vllm.gdn imports the warmup",
-    # The engine plugins' import stays light: a stage loads when it is used (FlashInfer builds, a store restores,
-    # the op is asked, a CuTeDSL-era module appears), not with the hook or the plugin.
+    # The engine plugins' import stays light and their shields hold: a stage loads where it is used, under the
+    # shield that runs it (FlashInfer builds, a store restores, the op is asked, a CuTeDSL-era module appears),
+    # not with the hook or the plugin.
     (
         "integrations/flashinfer.py",
         "jitguard.flashinfer_jit.flashinfer_build",
@@ -246,6 +247,33 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "jitguard.flashinfer_jit",
     ): "the kernel cache, where FlashInfer uses CuTeDSL",
     ("integrations/choices.py", "jitguard.gdn.dispatch"): "the GDN op, when the engine asks its status",
+    ("integrations/choices.py", "jitguard.state.failure_cache"): "under the guard's shield, where it runs",
+    (
+        "integrations/choices.py",
+        "jitguard.facts.flashinfer_modules",
+    ): "under the guard's shield, where it runs",
+    (
+        "integrations/choices.py",
+        "jitguard.integrations.triton_jit",
+    ): "under the guard's shield, where it runs",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.decision.gdn_model_variants",
+    ): "the variant plan, with a model config",
+    ("integrations/flashinfer.py", "jitguard.decision.gdn_variants"): "the variant plan, with a model config",
+    (
+        "integrations/vllm/gdn.py",
+        "jitguard.integrations.flashinfer",
+    ): "under the shield that plans the variants",
+    (
+        "integrations/vllm/__init__.py",
+        "jitguard.integrations.flashinfer",
+    ): "the hook, inside register()'s shield",
+    ("integrations/sglang.py", "jitguard.integrations.flashinfer"): "the hook, inside register()'s shield",
+    (
+        "integrations/vllm/warmup.py",
+        "jitguard.state.failure_cache",
+    ): "under the warmup's shield, where it runs",
     (
         "integrations/vllm/warmup.py",
         "jitguard.gdn.backends.flashinfer",

@@ -38,15 +38,12 @@ from jitguard.decision.engine import (
     verdict,
 )
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
-from jitguard.facts.flashinfer_modules import cubin_kernels, prebuilt
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import jit_preflight
 from jitguard.findings.checks_arch import for_choice
 from jitguard.findings.checks_packages import jit_cache_install_command
 from jitguard.findings.checks_toolchain import check_built_library
 from jitguard.findings.model import Finding
-from jitguard.integrations.triton_jit import warn_if_blocked
-from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -61,6 +58,8 @@ GdnProvider = Callable[[], BackendStatus]
 def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = None) -> list[Finding]:
     """``flashinfer-cached-failure`` for each module of ``choice`` that failed to build or load in this same
     environment (the build hook records every FlashInfer module it saw fail, by FlashInfer's name)."""
+    # lazy: under the guard's shield where it runs, not with the plugins' import
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     cache = FailureCache(cache_dir or Settings.from_env().cache_dir, ttl=ttl_from_env())
     found = []
@@ -107,6 +106,8 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
         base = gdn if gdn is not None else gdn_status(facts)
         return assess(choice, base.findings, in_process=_in_process(facts))
     known = recorded_failures(facts, choice)
+    # lazy: under the guard's shield where it runs, not with the plugins' import
+    from jitguard.facts.flashinfer_modules import prebuilt
 
     fi = facts.flashinfer
     built = prebuilt(fi, choice.modules)
@@ -136,6 +137,8 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
 def _cubin_without_modules(facts: Facts) -> list[Finding]:
     """Why flashinfer-cubin does not make a choice work where its modules cannot be built: it holds kernel
     binaries, no module (``facts.flashinfer_modules.cubin_kernels``)."""
+    # lazy: under the guard's shield where it runs, not with the plugins' import
+    from jitguard.facts.flashinfer_modules import cubin_kernels
 
     fi = facts.flashinfer
     kernels = cubin_kernels(fi)
@@ -395,6 +398,8 @@ class ChoiceGuard:
         if "triton" in self._announced:
             return
         self._announced.add("triton")
+        # lazy: under the guard's shield where it runs, not with the plugins' import
+        from jitguard.integrations.triton_jit import warn_if_blocked
 
         try:
             facts = self.facts.get()

@@ -39,8 +39,6 @@ from typing import Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.config import Settings
-from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
-from jitguard.decision.gdn_variants import VariantError, family_for
 from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC, era_of
 from jitguard.integrations.import_hooks import PostImportHook
 
@@ -263,6 +261,10 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
+    # lazy: the variant plan loads with a model config, not with the hook
+    from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
+    from jitguard.decision.gdn_variants import VariantError, family_for
+
     # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
     from jitguard.flashinfer_jit.gdn_router import expect
 

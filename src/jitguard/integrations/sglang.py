@@ -61,7 +61,6 @@ from jitguard.decision.sglang import (
 )
 from jitguard.errors import ConfigError
 from jitguard.integrations.choices import Ask, ChoiceGuard, gdn_status, status_of
-from jitguard.integrations.flashinfer import install
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -274,6 +273,8 @@ def _register(facts: Facts | None) -> bool:
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
+        # lazy: inside register()'s shield: a hook that cannot be imported leaves the plugin without it
+        from jitguard.integrations.flashinfer import install
 
         log.debug("jitguard: FlashInfer JIT build hook %s", "active" if install() else "not active")
     # lazy: the fleet (~15 modules) loads when used, not with the plugin's import

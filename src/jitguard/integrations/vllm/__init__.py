@@ -41,7 +41,6 @@ from jitguard.config import Settings
 from jitguard.decision.engine import normalise_request
 from jitguard.errors import UsageError
 from jitguard.integrations.choices import ChoiceGuard, gdn_status
-from jitguard.integrations.flashinfer import install
 from jitguard.integrations.import_hooks import PostImportHook
 from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
@@ -198,6 +197,9 @@ def guard() -> ChoiceGuard:
 
 def _install_build_hook() -> None:
     try:
+        # lazy: inside the shield: a hook that cannot be imported leaves the plugin without it
+        from jitguard.integrations.flashinfer import install
+
         active = install()
     except Exception:
         log.debug("jitguard: FlashInfer build hook not available", exc_info=True)

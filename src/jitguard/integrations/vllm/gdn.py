@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import GDN_PREFILL, normalise_request
-from jitguard.integrations.flashinfer import expect_gdn_variants
 from jitguard.integrations.vllm import warmup
 from jitguard.integrations.vllm.sites import Site, function_patch, layout_moved, may_keep
 
@@ -175,6 +174,9 @@ def _expect_gdn_variants(vllm_config: Any) -> None:
         hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
         to_dict = getattr(hf, "to_dict", None)
         if callable(to_dict):
+            # lazy: under the shield that plans the variants, not with the plugin's import
+            from jitguard.integrations.flashinfer import expect_gdn_variants
+
             dtype = getattr(model_config, "dtype", None)
             expect_gdn_variants(
                 to_dict(), str(dtype) if dtype is not None else None, source="the model config"

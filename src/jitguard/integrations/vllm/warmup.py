@@ -35,7 +35,6 @@ from jitguard.config import Settings
 from jitguard.decision.engine import GDN_PREFILL
 from jitguard.findings.catalog import make
 from jitguard.integrations.choices import Ask
-from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
 if TYPE_CHECKING:
     from jitguard.findings.model import Finding
@@ -158,6 +157,9 @@ def warmup_findings(guard: ChoiceGuard, exc: BaseException, *, named: bool) -> l
     name (the jitguard.gdn op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
     # lazy: the GDN op (~17 modules) loads when a warmup is judged, not at import
     from jitguard.gdn.backends.flashinfer import MODULE
+
+    # lazy: under the warmup's shield where it runs, not with the plugin's import
+    from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     facts = guard.facts.get()
     tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
