@@ -1,7 +1,7 @@
 """A real vLLM engine (>= 0.26: FlashInfer's CuTeDSL GDN prefill) started again and again: stock vs jitguard's
 kernel cache, time to ready and to the first token.
 
-Usage (on the GPU host, with vLLM 0.26.0 from ../shared/gpu-e2e/ on PYTHONPATH):
+Usage (on the GPU host, with a vLLM 0.26.0 payload on PYTHONPATH):
     python benchmarks/cutedsl_engine.py --work DIR [--out benchmarks/results/cutedsl_engine]
 
 Rows, each a fresh engine (``benchmarks/vllm_engine_start.py serve MODEL flashinfer greedy``, its own session,

@@ -8,7 +8,7 @@
 #   bash benchmarks/cutedsl_payload.sh 0.7.4 4.8.1 .gpu/fi074          # OUTDIR inside the repo, ignored
 #
 # Result: OUTDIR/part.N (<= 60 MB each: a zstd-compressed tar of one site dir), the zstandard wheel and
-# unpack.py (../shared/gpu-e2e's). Carry one part per device call, back to back; the last call unpacks:
+# unpack.py (benchmarks/payload_unpack.py). Carry one part per device call, back to back; the last call unpacks:
 #   PYTHONPATH=/tmp/zst python3 /tmp/p/unpack.py /tmp /tmp/p/part.*      -> /tmp/site
 # then `bash benchmarks/h200_cutedsl.sh op` runs the kernel-cache test and benchmarks/cutedsl_cache.py there.
 set -euo pipefail
@@ -39,5 +39,5 @@ find "$work/site" -name __pycache__ -type d -prune -exec rm -rf {} +
 echo "== compress and split ($(du -sh "$work/site" | cut -f1) unpacked)"
 tar cf - -C "$work" site | zstd -q -${ZSTD_LEVEL:-12} -T0 --long=27 | split -b 60000000 -d -a 1 - "$out/part."
 "$python" -m pip download -q --no-deps "${plat[@]}" -d "$out" zstandard
-cp ../shared/gpu-e2e/unpack.py "$out/"
+cp "$(dirname "$0")/payload_unpack.py" "$out/unpack.py"
 ls -la "$out"

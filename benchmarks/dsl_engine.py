@@ -2,7 +2,7 @@
 default config (torch.compile and CUDA graphs on), its nvidia-cutlass-dsl installed but not importable, stock
 beside jitguard; then the same with the DSL healthy.
 
-The payload (../shared/gpu-e2e/make_payload.sh 0.26.0 DIR 'nvidia-cutlass-dsl[cu13]==4.6.0') installs every
+The payload (vLLM 0.26.0 with 'nvidia-cutlass-dsl[cu13]==4.6.0', built outside this repository) installs every
 package with ``pip install --target``, which skips the DSL's .pth file: on /tmp/site alone the DSL is off the
 path exactly as on a user's --target deployment. "Healthy" adds its ``dsl_packages`` directory by hand (what the
 .pth would have done), and quack-kernels 0.6.0, which vLLM 0.26 needs to warm its own CuTeDSL router GEMM once
@@ -12,7 +12,7 @@ the DSL imports (make_payload.sh leaves it out; it pins the DSL at 4.6.0).
     python3 benchmarks/dsl_engine.py table OFF.jsonl HEALTHY.jsonl --out benchmarks/results/dsl_engine.md
 
 On the device, with the payload built here (``echo /.gpu/ >> $(git rev-parse --git-common-dir)/info/exclude;
-../shared/gpu-e2e/make_payload.sh 0.26.0 .gpu 'nvidia-cutlass-dsl[cu13]==4.6.0'``: 5 parts), each part in a
+make_payload.sh 0.26.0 .gpu 'nvidia-cutlass-dsl[cu13]==4.6.0'``: 5 parts), each part in a
 carried folder of its own (``.gpu/c0`` .. ``.gpu/c3``; ``.gpu/c4``: part.4, the zstandard wheel, unpack.py and
 ``pip download --no-deps quack-kernels==0.6.0``), one call per folder, back to back (the host keeps /tmp 30 s):
 ``mkdir -p /tmp/p && cp .gpu/cN/* /tmp/p/``; the last one then unpacks and runs a group:

@@ -9,7 +9,7 @@ beside it in the same run:
   nodep-auto        jitguard, pyelftools missing, auto                 (expect: Triton/FLA, one warning, tokens)
   nodep-flashinfer  jitguard, pyelftools missing, flashinfer           (expect: a clear stop at init)
 
-Run on the device after unpacking ../shared/gpu-e2e's vLLM 0.24.0 payload into /tmp/site:
+Run on the device after unpacking a vLLM 0.24.0 payload into /tmp/site:
     python3 benchmarks/failsafe_engine.py --site /tmp/site --out $OUT
 Writes failsafe_engine.json and failsafe_engine.md under --out.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 run for FlashInfer's CuTeDSL era (issue 11): vLLM 0.26.0 + FlashInfer 0.6.14 + nvidia-cutlass-dsl 4.6.0
-# (cu13), carried with ../shared/gpu-e2e/make_payload.sh 0.26.0 DIR 'nvidia-cutlass-dsl[cu13]==4.6.0' (5 parts).
+# (cu13), carried as a payload of vLLM 0.26.0 with 'nvidia-cutlass-dsl[cu13]==4.6.0' (5 parts).
 # One step per device call, back to back (the host keeps /tmp only while warm):
 #   carry   (parts 0-3, one per call, in .gpu/carry/)
 #   unpack  (part 4 + the zstandard wheel + quack-kernels 0.6.0, which vLLM 0.26 imports to warm up its own CuTeDSL

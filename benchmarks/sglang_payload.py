@@ -7,7 +7,7 @@ machine, from the project root:
     python3 benchmarks/sglang_payload.py 0.5.15 .gpu/x --plan                # what it would carry, nothing built
 
 Only SGLang releases that pin ``torch==2.11.0`` load their compiled ops there: 0.5.15 - 0.5.17. What travels:
-the wheels SGLang requires that the host lacks (its package list: ``/work/.library/device/KINDS.md``), resolved
+the wheels SGLang requires that the host lacks (its package list: ``--kinds FILE``, else all of them), resolved
 for Linux x86_64 / CPython 3.12, installed with ``pip --target`` into one site dir, minus what an H200 start of
 a GDN model never imports (``DROP``, each with its reason), minus the parts of sglang-kernel another GPU
 needs (``prune``: the SM100 build of its ops, FlashMLA; FA3's 1.7 GB ``flash_ops`` unless ``--fa3``: the
@@ -34,7 +34,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-KINDS = Path("/work/.library/device/KINDS.md")
 PART_BYTES = 60_000_000
 PLATFORMS = (
     "manylinux_2_17_x86_64",
@@ -140,8 +139,11 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def host_packages(kinds: Path = KINDS) -> set[str]:
-    """The Python packages the device host's image holds (its list in KINDS.md), normalized."""
+def host_packages(kinds: Path | None) -> set[str]:
+    """The Python packages the device host's image holds (the comma-separated list after "Packages:" in the
+    device's description), normalized; none without that file."""
+    if kinds is None:
+        return set()
     try:
         text = kinds.read_text().split("Packages:")[-1]
     except OSError:
@@ -435,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plan", action="store_true", help="print what would be carried and left out; build nothing"
     )
-    parser.add_argument("--kinds", type=Path, default=KINDS, help="the device's package list (KINDS.md)")
+    parser.add_argument(
+        "--kinds",
+        type=Path,
+        help="the device's description, whose 'Packages:' list is left out (default: carry everything)",
+    )
     args = parser.parse_args(argv)
     if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", args.version):
         parser.error(f"{args.version!r} is not a release number such as 0.5.15")

@@ -1,5 +1,5 @@
 """A real vLLM engine on the H200 host, stock beside jitguard, with FlashInfer made to fail for real, for one
-or more vLLM releases in one run (each unpacked from its ../shared/gpu-e2e payload into a site dir of its own).
+or more vLLM releases in one run (each unpacked from its payload into a site dir of its own).
 
 Stages (each engine in its own session under a time limit, killed with every process it left by pid after,
 ``engine_session.py``; rows run in order, the first of each release warms Triton's cache for the others):
@@ -29,10 +29,11 @@ table with both.
 
 On the H200 device (root; 16 CPUs), the doomed sampler with vLLM 0.24.0 and 0.26.0 in one run (~6 minutes):
 
-1. Here, in the checkout the device calls send, build the two payloads (../shared/gpu-e2e/README.md):
+1. Here, in the checkout the device calls send, build the two payloads (with the vLLM payload builder
+   make_payload.sh VERSION DIR [EXTRA], kept outside this repository):
        echo /.gpu/ >> .git/info/exclude
-       ../shared/gpu-e2e/make_payload.sh 0.24.0 .gpu/v024      # 4 parts, 185 MB (~5 min)
-       ../shared/gpu-e2e/make_payload.sh 0.26.0 .gpu/v026 'nvidia-cutlass-dsl[cu13]==4.6.0'
+       make_payload.sh 0.24.0 .gpu/v024      # 4 parts, 185 MB (~5 min)
+       make_payload.sh 0.26.0 .gpu/v026 'nvidia-cutlass-dsl[cu13]==4.6.0'
                                       # 5 parts, 279 MB, 1.1 GB unpacked (17.5 min on a 2-core machine)
 2. Carry them back to back, 9 calls (64 MiB a call; the machine keeps /tmp only while warm): one part per call
    in a carried folder, e.g. .gpu/carry/; the first call also carries zstandard-*.whl and unpack.py:
@@ -111,7 +112,7 @@ class Site:
 
     @property
     def nvcc_era_gdn(self) -> bool:
-        """FlashInfer 0.6.3 - 0.6.13 builds GDN prefill with nvcc (shared/FACTS.md)."""
+        """FlashInfer 0.6.3 - 0.6.13 builds GDN prefill with nvcc (docs/cutedsl.md: 0.6.14 moved it to CuTeDSL)."""
         parts = tuple(int(p) for p in re.findall(r"\d+", self.flashinfer or "")[:3])
         return (0, 6, 3) <= parts < (0, 6, 14)
 

@@ -1,7 +1,7 @@
 """Warm start anywhere: a real vLLM engine in its default config (torch.compile and CUDA graphs on) started on a
 cold host, a warm host and a new host restored from the fleet's store, stock beside jitguard, in one run.
 
-Usage (on the GPU host; payloads from ../shared/gpu-e2e/, as benchmarks/vllm_engine.py's header says):
+Usage (on the GPU host; vLLM payloads, as benchmarks/vllm_engine.py's header says):
     python3 benchmarks/warm_start.py --stage v026 --site /tmp/v026/site --out $OUT
     python3 benchmarks/warm_start.py --stage v024 --site /tmp/v024/site --out $OUT     # the seed's doomed start
     python3 benchmarks/warm_start.py --stage fleet4 --site /tmp/v026/site --out $OUT   # 4 engines at once

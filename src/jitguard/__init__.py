@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from jitguard.version import __version__
 
 __all__ = ["BackendUnavailable", "JitguardError", "__version__", "install"]
 
@@ -20,6 +20,7 @@ def install() -> bool:
 
     Returns True when the hook is active after the call.
     """
+    # lazy: every `import jitguard.<module>` runs this file first: it stays at the version
     from jitguard.integrations.flashinfer import install as _install
 
     return _install()
@@ -27,6 +28,7 @@ def install() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name in ("BackendUnavailable", "JitguardError"):
+        # lazy: every `import jitguard.<module>` runs this file first: it stays at the version
         from jitguard import errors
 
         return getattr(errors, name)

@@ -204,6 +204,7 @@ class StateUnwritable(JitguardError):
 
 def _owner_of(path: Path) -> str:
     """' (<dir> is owned by uid N)' for the path or its nearest existing parent, when that is not us."""
+    # lazy: every command and plugin loads errors first; fileio only when a state dir is refused
     from jitguard.fileio import foreign_owner  # fileio is ground floor too; errors is imported by it nowhere
 
     found = foreign_owner(path)

@@ -1,25 +1,10 @@
 """The one place jitguard checks files: trust policies, the no-follow walk, the single open of a regular
 file, streaming SHA-256, digest and name validation, landing a new file, and jitguard's own state on top.
 
-The cache dir is trusted the way ssh trusts ``~/.ssh`` and pip its cache: jitguard creates it 0700, and a
-directory or file in it that another user owns, or that users other than us can write (``untrusted_reasons``),
-is never read: a record planted there must not decide a verdict or a build. In detail:
-
-- reads (``read_bytes``, ``read_json``) walk from the cache dir down with directory file descriptors, open
-  every level without following a link (``O_NOFOLLOW``) and check it; only a regular file of ours is read, up
-  to a size cap, and JSON of any depth parses or is a miss. Any problem is a miss (None), never an exception;
-- writes (``write_atomic``, ``write_json``) create a new private file (0600, ``O_EXCL``) in the same directory
-  and rename it over the target: a link planted at the target is replaced, never followed. JSON is redacted
-  (``jitguard.redaction``) on its way to disk;
-- a build log (``open_log``) is opened without following a link, kept 0600 and redacted line by line; a full
-  disk ends the log, never the build;
-- ``state_dir`` says where logs and slots live: in the cache dir when it is trusted and takes a file, else in
-  a private temporary directory (``fallback_root``), the fallback ``jitguard doctor`` names.
-
-The fleet reads other tools' caches with the same primitives under a named ``Policy`` (``PUBLISHED``: what a
-host may publish; ``LOADED``: a directory an engine loads from): ``trusted_root`` (a cache root, links
-resolved, each owned by us or root), ``walk_files`` (descriptors grow with depth, not file count) and
-``read_checked`` (one open, checked on the descriptor, hashed as read; a file that changes meanwhile is refused).
+The cache dir is trusted like ``~/.ssh``: created 0700, nothing followed through a link, nothing read from a
+directory or file another user owns or can write; a read that fails any check is a miss, a write is a new
+private file renamed into place, and JSON and logs are redacted on their way to disk. The fleet reads other
+tools' caches with the same primitives under a named ``Policy`` (``PUBLISHED``, ``LOADED``) (docs/reliability.md).
 """
 
 from __future__ import annotations

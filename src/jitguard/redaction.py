@@ -1,23 +1,10 @@
 """Secrets out of everything jitguard writes (JSON, text, cached verdicts, build logs): by name and by value.
 
-By name: the value of any variable or mapping key whose name contains TOKEN, KEY, SECRET, PASSWORD or
-CREDENTIAL (docs/design.md "Secrets"). By value, wherever it sits in a string (a path component, a compiler flag, a line a
-build rule printed), because a token pasted into CUDA_HOME, LD_LIBRARY_PATH or NVCC_APPEND_FLAGS is a token
-all the same:
-
-- the shapes of real credentials: GitHub (``ghp_`` ... ``github_pat_``), Hugging Face (``hf_``), OpenAI-style
-  (``sk-``), Slack (``xox?-``), AWS access key ids (``AKIA``/``ASIA`` + 16), ``Bearer`` tokens;
-- ``name=value`` pairs whose name says secret (``token=``, ``api_key=``, ``password=`` ...), the user info of
-  a URL (``s3://key:se/cr@t@bucket``: all of it, up to the last ``@`` before the host) and the signature
-  parameters of a signed URL (``X-Amz-Signature=``, ``sig=``);
-- the value of every credential variable of this process (a name with TOKEN, KEY, SECRET ...), wherever it
-  appears, however it is shaped: a client's error message may quote it;
-- long high-entropy strings: 32 or more base64 characters mixing upper case, lower case and digits, with the
-  spread of random text and few words (AWS secret keys, most API keys).
-
-Hex digests (jitguard's own fingerprints), paths, C++ mangled and CamelCase names and FlashInfer module names
-do not have that last shape and stay readable (a heuristic: a rare random-looking name may be redacted, a
-rare word-like secret missed). Only the secret part is replaced, so a line keeps its meaning as evidence.
+By name: any variable or key containing TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL. By value, wherever it sits
+in a string (a token pasted into CUDA_HOME is a token all the same): real credential shapes, secret
+``name=value`` pairs, URL user info and signed-URL parameters, this process's credential values, and long
+high-entropy strings. Only the secret part is replaced, so a line keeps its meaning as evidence
+(docs/design.md "Secrets", docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -52,3 +52,9 @@ def test_the_rooms_table_names_every_folder_of_the_package() -> None:
     rooms = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     section = DESIGN.read_text().split("## Rooms", 1)[1].split("\n## ", 1)[0]
     assert {room for room in rooms if f"`{room}/`" not in section} == set()
+
+
+def test_no_reference_to_notes_outside_the_repository_is_left() -> None:
+    """A reader of the repository has neither the team's notes nor its sibling folders."""
+    outside = ("../" + "shared/", "FACTS" + ".md")
+    assert not [str(p) for p, text in _texts() if any(name in text for name in outside)]

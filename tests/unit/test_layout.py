@@ -11,7 +11,8 @@ from pathlib import Path
 import jitguard
 
 PACKAGE = Path(jitguard.__file__).parent
-# Lowest first. `config`, `errors`, `fileio` (trusted file I/O) and `redaction` are the ground every stage stands on; `report` holds pure renderers
+# Lowest first. `config`, `errors`, `fileio` (trusted file I/O), `redaction` and `version` are the ground every
+# stage stands on; `report` holds pure renderers
 # (below the stages with side effects, so the op's explain() and the engines' log lines can use them);
 # `boundary` is where jitguard runs inside foreign code (the fail-safe, the one patch mechanism, the process's
 # facts): right above `findings` (its fault line is a finding), below every stage that patches;
@@ -20,9 +21,11 @@ PACKAGE = Path(jitguard.__file__).parent
 # stage that compiles, loads or waits (fleet, flashinfer_jit, integrations) can count into it;
 # `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
 # snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
-# the engine integrations use the op; the CLI sits on top of everything.
+# the engine integrations use the op; the CLI sits on top of every stage, and the package root (`__init__.py`:
+# the version and `install()`, which reaches the engine boundary) on top of all: no module imports it.
+ROOT = "__init__"
 STAGES = (
-    ("config", "errors", "fileio", "redaction"),
+    ("config", "errors", "fileio", "redaction", "version"),
     ("facts",),
     ("findings",),
     ("locks",),
@@ -37,13 +40,16 @@ STAGES = (
     ("gdn",),
     ("integrations",),
     ("cli", "__main__"),
+    (ROOT,),
 )
 RANK = {name: rank for rank, names in enumerate(STAGES) for name in names}
 
 
 def _stage(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "jitguard" else None
+    if parts[0] != "jitguard":
+        return None
+    return parts[1] if len(parts) > 1 else ROOT
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -59,6 +65,11 @@ def _is_type_checking(node: ast.If) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
     )
+
+
+def _named_from_root(name: str, package_dir: Path) -> str:
+    is_module = (package_dir / name).is_dir() or (package_dir / f"{name}.py").is_file()
+    return f"jitguard.{name}" if is_module else "jitguard"
 
 
 def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
@@ -80,13 +91,12 @@ def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
-                found.append((child.lineno, target))
-                if target == "jitguard":  # `from jitguard import facts` names a stage; `__version__` does not
+                if target == "jitguard":  # `from jitguard import facts` names a stage, `__version__` the root
                     found.extend(
-                        (child.lineno, f"jitguard.{alias.name}")
-                        for alias in child.names
-                        if (package_dir / alias.name).is_dir() or (package_dir / f"{alias.name}.py").is_file()
+                        (child.lineno, _named_from_root(alias.name, package_dir)) for alias in child.names
                     )
+                else:
+                    found.append((child.lineno, target))
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
@@ -97,8 +107,7 @@ def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
     problems = []
     for path in sorted(package_dir.rglob("*.py")):
         source = _stage(_module_name(path, package_dir))
-        if source is None:  # jitguard/__init__.py: the public surface, lazily reaching into every stage
-            continue
+        assert source is not None
         if source not in RANK:
             problems.append(f"{path.relative_to(package_dir)}: stage {source!r} is not placed in STAGES")
             continue
@@ -113,6 +122,18 @@ def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
 
 def test_every_stage_imports_only_from_the_stages_before_it() -> None:
     assert backward_imports() == []
+
+
+def test_the_walker_sees_an_import_of_the_package_root(tmp_path: Path) -> None:
+    """The root reaches the engine boundary (``install()``), so a stage that imports it climbs back up."""
+    fake = tmp_path / "jitguard" / "state"
+    fake.mkdir(parents=True)
+    (fake / "record.py").write_text("from jitguard import __version__\n\ndef f():\n    import jitguard\n")
+    (tmp_path / "jitguard" / "__init__.py").write_text("")
+    assert backward_imports(tmp_path / "jitguard") == [
+        "state/record.py:1: state imports jitguard",
+        "state/record.py:4: state imports jitguard",
+    ]
 
 
 def test_the_walker_sees_a_backward_import(tmp_path: Path) -> None:
@@ -170,3 +191,247 @@ def test_the_trust_walker_sees_a_check_of_its_own(tmp_path: Path) -> None:
         "fleet/x.py:4: st_uid (use jitguard.fileio)",
         "fleet/x.py:4: lstat (use jitguard.fileio)",
     ]
+
+
+# jitguard's own modules are imported at the top (docs/design.md "Rules a change must keep"). These stay lazy,
+# each for its reason (the same one-line comment sits at the import); a new one fails below until it is put here
+# with its reason, and one that moved to the top must leave the list.
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    # The root and package faces run first on every import beneath them: they stay light.
+    ("__init__.py", "jitguard"): "the root stays at the version: `jitguard.JitguardError` loads errors",
+    (
+        "__init__.py",
+        "jitguard.integrations.flashinfer",
+    ): "the root stays at the version: `install()` loads the hook",
+    (
+        "facts/__init__.py",
+        "jitguard.facts",
+    ): "every probe's import runs facts/__init__; only collect() needs them all",
+    ("gdn/backends/__init__.py", "jitguard.gdn.backends"): "each backend's import runs it; not all three",
+    (
+        "errors.py",
+        "jitguard.fileio",
+    ): "errors loads first everywhere; fileio only when a state dir is refused",
+    # What reports a broken jitguard must import without it.
+    (
+        "boundary/failsafe.py",
+        "jitguard.findings.checks_jitguard",
+    ): "the fault shield, where the installation is broken",
+    ("cli/__init__.py", "jitguard.facts.installation"): "`jitguard` reports a broken installation",
+    ("cli/__init__.py", "jitguard.findings.checks_jitguard"): "`jitguard` reports a broken installation",
+    ("cli/__init__.py", "jitguard.cli.envelope"): "only an error under --json needs it",
+    # Cycles inside the vLLM plugin (the package face imports its parts; the warmup and the GDN site use each other).
+    (
+        "integrations/vllm/coverage.py",
+        "jitguard.integrations.vllm",
+    ): "a cycle: SITES is defined in the package face",
+    ("integrations/vllm/warmup.py", "jitguard.integrations.vllm.gdn"): "a cycle: vllm.gdn imports the warmup",
+    # The engine plugins' import stays light and their shields hold: a stage loads where it is used, under the
+    # shield that runs it (FlashInfer builds, a store restores, the op is asked, a CuTeDSL-era module appears),
+    # not with the hook or the plugin.
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit.flashinfer_build",
+    ): "the build stage, when FlashInfer builds",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit.gdn_router",
+    ): "with FlashInfer's GDN prefill module",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.flashinfer_jit",
+    ): "the kernel cache, with FlashInfer's CuTeDSL module",
+    (
+        "flashinfer_jit/gdn_variants.py",
+        "jitguard.flashinfer_jit.flashinfer_build",
+    ): "the build stage, on a build",
+    (
+        "gdn/backends/flashinfer.py",
+        "jitguard.flashinfer_jit",
+    ): "the kernel cache, where FlashInfer uses CuTeDSL",
+    ("integrations/choices.py", "jitguard.gdn.dispatch"): "the GDN op, when the engine asks its status",
+    ("integrations/choices.py", "jitguard.state.failure_cache"): "under the guard's shield, where it runs",
+    (
+        "integrations/choices.py",
+        "jitguard.facts.flashinfer_modules",
+    ): "under the guard's shield, where it runs",
+    (
+        "integrations/choices.py",
+        "jitguard.integrations.triton_jit",
+    ): "under the guard's shield, where it runs",
+    (
+        "integrations/flashinfer.py",
+        "jitguard.decision.gdn_model_variants",
+    ): "the variant plan, with a model config",
+    ("integrations/flashinfer.py", "jitguard.decision.gdn_variants"): "the variant plan, with a model config",
+    (
+        "integrations/vllm/gdn.py",
+        "jitguard.integrations.flashinfer",
+    ): "under the shield that plans the variants",
+    (
+        "integrations/vllm/__init__.py",
+        "jitguard.integrations.flashinfer",
+    ): "the hook, inside register()'s shield",
+    ("integrations/sglang.py", "jitguard.integrations.flashinfer"): "the hook, inside register()'s shield",
+    (
+        "integrations/vllm/warmup.py",
+        "jitguard.state.failure_cache",
+    ): "under the warmup's shield, where it runs",
+    (
+        "integrations/vllm/warmup.py",
+        "jitguard.gdn.backends.flashinfer",
+    ): "the GDN op, when a warmup is judged",
+    ("integrations/vllm/warm.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
+    ("integrations/sglang.py", "jitguard.fleet"): "the fleet, when a restore runs",
+}
+# `jitguard --help` imports every command module (cli/__init__.py, and cli/build.py its targets' modules): a
+# command's own stages load where it runs, so `--help` stays light and `jitguard doctor` can name a missing
+# dependency (tests/real/failsafe/test_broken_jitguard.py).
+COMMAND_STAGES: dict[str, frozenset[str]] = {
+    "cli/starts.py": frozenset(
+        {"jitguard.cli.envelope", "jitguard.config", "jitguard.ledger", "jitguard.ledger.record"}
+    ),
+    "cli/build.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.build_identity",
+            "jitguard.fleet.module_share",
+            "jitguard.supervise.build_options",
+            "jitguard.supervise.runner",
+        }
+    ),
+    "cli/build_flashinfer.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.flashinfer_variants",
+            "jitguard.cli.report",
+            "jitguard.facts.flashinfer",
+            "jitguard.findings.catalog",
+            "jitguard.flashinfer_jit.flashinfer_build",
+            "jitguard.flashinfer_jit.gdn_variants",
+            "jitguard.state.failure_cache",
+            "jitguard.supervise.build_options",
+        }
+    ),
+    "cli/cache.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.disk",
+            "jitguard.findings.checks_disk",
+            "jitguard.state.failure_cache",
+            "jitguard.state.job_memory",
+            "jitguard.state.kernel_cache",
+            "jitguard.state.module_names",
+        }
+    ),
+    "cli/doctor.py": frozenset(
+        {
+            "jitguard.cli.engine",
+            "jitguard.cli.envelope",
+            "jitguard.cli.report",
+            "jitguard.facts",
+            "jitguard.facts.installation",
+            "jitguard.facts.jit_caches",
+            "jitguard.facts.serialize",
+            "jitguard.findings",
+            "jitguard.findings.checks",
+            "jitguard.findings.checks_jitguard",
+            "jitguard.findings.checks_store",
+            "jitguard.findings.model",
+            "jitguard.flashinfer_jit.probe_module",
+            "jitguard.fleet.signing",
+            "jitguard.fleet.store",
+            "jitguard.gdn.dispatch",
+            "jitguard.integrations.vllm.preview",
+            "jitguard.supervise.build_options",
+        }
+    ),
+    "cli/flashinfer_variants.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.decision.gdn_model_variants",
+            "jitguard.decision.gdn_variants",
+            "jitguard.facts.flashinfer",
+        }
+    ),
+    "cli/gdn.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.gdn.backends.torch",
+            "jitguard.gdn.dispatch",
+            "jitguard.gdn.reference",
+            "jitguard.gdn.shapes",
+            "jitguard.report.text",
+        }
+    ),
+    "cli/warm.py": frozenset(
+        {
+            "jitguard.cli.envelope",
+            "jitguard.facts.disk",
+            "jitguard.facts.jit_caches",
+            "jitguard.findings.checks_disk",
+            "jitguard.fleet",
+            "jitguard.fleet.artifact_store",
+            "jitguard.fleet.signing",
+            "jitguard.fleet.snapshot",
+            "jitguard.fleet.store",
+            "jitguard.fleet.warm",
+        }
+    ),
+}
+
+
+def function_level_imports(package_dir: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(file, module) for each import of jitguard's own modules inside a function (``TYPE_CHECKING`` aside)."""
+    found = set()
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(path, package_dir)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+        def visit(node: ast.AST, in_function: bool, path: Path = path, package: str = package) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _is_type_checking(child):
+                    continue
+                if in_function and isinstance(child, ast.Import):
+                    found.update(
+                        (path.relative_to(package_dir).as_posix(), alias.name)
+                        for alias in child.names
+                        if _stage(alias.name) is not None
+                    )
+                elif in_function and isinstance(child, ast.ImportFrom):
+                    base = (
+                        package.split(".")[: len(package.split(".")) - child.level + 1] if child.level else []
+                    )
+                    target = ".".join(base + ([child.module] if child.module else []))
+                    if _stage(target) is not None:
+                        found.add((path.relative_to(package_dir).as_posix(), target))
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def test_jitguards_own_modules_are_imported_at_the_top_but_for_the_listed_lazy_ones() -> None:
+    allowed = set(LAZY_IMPORTS) | {
+        (path, module) for path, modules in COMMAND_STAGES.items() for module in modules
+    }
+    found = function_level_imports()
+    assert sorted(found - allowed) == [], "import these at the module top, or list them with the reason"
+    assert sorted(allowed - found) == [], "these are imported at the top now: take them off the list"
+
+
+def test_the_import_walker_sees_a_function_level_import(tmp_path: Path) -> None:
+    fake = tmp_path / "jitguard" / "state"
+    fake.mkdir(parents=True)
+    (fake / "record.py").write_text(
+        "import os\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jitguard.facts import Facts\n"
+        "def f():\n    import torch\n    from jitguard.findings import model\n    from . import other\n"
+    )
+    assert function_level_imports(tmp_path / "jitguard") == {
+        ("state/record.py", "jitguard.findings"),
+        ("state/record.py", "jitguard.state"),
+    }

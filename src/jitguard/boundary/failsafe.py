@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from jitguard.errors import BackendUnavailable, BuildFailed
+from jitguard.config import read
+from jitguard.errors import BackendUnavailable, BuildFailed, ConfigError
 from jitguard.findings.model import Finding
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class DeadlineExceeded(Exception):
 def report_fault(where: str, then: str, exc: BaseException, *, once_per: str | None = None) -> Finding:
     """The jitguard-fault finding for ``exc``, logged once per process for each place (or ``once_per``: a
     coarser key, e.g. one kind of work on many kernels) and kind of error."""
+    # lazy: the shield must import even where the installation a fault names is broken
     from jitguard.findings.checks_jitguard import fault
 
     finding = fault(where, then, exc)
@@ -75,8 +77,6 @@ def shielded(where: str, then: str, work: Callable[[], T], stock: Callable[[], T
 
 def deadline_seconds() -> float:
     """JITGUARD_PREFLIGHT_TIMEOUT (e.g. '90s', '2m'); a malformed value is the default (and said once)."""
-    from jitguard.config import read
-    from jitguard.errors import ConfigError
 
     try:
         value = read("JITGUARD_PREFLIGHT_TIMEOUT")

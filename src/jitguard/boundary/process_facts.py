@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from jitguard.boundary.failsafe import AlreadyReported, report_fault, with_deadline
+from jitguard.config import Settings, default_cache_dir
+from jitguard.facts import collect
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -30,8 +32,6 @@ PREFLIGHT = "jitguard's FlashInfer pre-flight"
 
 def collect_here() -> Facts:
     """``facts.collect`` for this process's environment and cache dir."""
-    from jitguard.config import Settings
-    from jitguard.facts import collect
 
     return collect(cache_dir=Settings.from_env().cache_dir)
 
@@ -108,9 +108,6 @@ def facts_for(env: Mapping[str, str] | None = None) -> Facts:
     key = tuple(sorted(wanted.items()))
     with _lock:
         if key not in _by_env:
-            from jitguard.config import default_cache_dir
-            from jitguard.facts import collect
-
             _by_env.clear()
             _by_env[key] = collect(wanted, cache_dir=default_cache_dir(wanted))
         return _by_env[key]

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from jitguard import __version__
 from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError, UsageError
 from jitguard.redaction import redact_text
+from jitguard.version import __version__
 
 COMMANDS = ("doctor", "build", "cache", "gdn", "warm", "starts")
 
@@ -70,6 +70,7 @@ def _report(exc: JitguardError, args: argparse.Namespace | None, argv: list[str]
     """An error for a person on stderr and, under --json, its ``jitguard.error/1`` envelope on stdout."""
     sys.stderr.write(f"jitguard: {redact_text(str(exc))}\n")
     if _wants_json(args, argv):
+        # lazy: only an error under --json needs it; `jitguard --help` stays light
         from jitguard.cli.envelope import error_dumps
 
         sys.stdout.write(error_dumps(exc) + "\n")
@@ -78,6 +79,7 @@ def _report(exc: JitguardError, args: argparse.Namespace | None, argv: list[str]
 
 def _missing_package(exc: ImportError) -> JitguardError:
     """What an ImportError means here: which package, whose (jitguard's or the engine's) and what to type."""
+    # lazy: it reports a broken installation, so `jitguard` must start without it
     from jitguard.facts.installation import package_for_module
     from jitguard.findings.checks_jitguard import repair
 

@@ -22,7 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from jitguard.cli.parsing import needs_action, store_url
-from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from jitguard.config import (
+    Settings,
+    default_cache_dir,
+    format_bytes,
+    parse_duration,
+    parse_jobs,
+    parse_memory_spec,
+    parse_size,
+)
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, BuildFailed, UsageError
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 COMMAND = "build.ninja"
 # Target modules that add their own sub-command to `jitguard build`; a missing one is simply not offered.
@@ -159,8 +170,7 @@ def _log_path(text: str | None) -> Path | None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from jitguard.config import Settings, parse_duration, parse_jobs, parse_memory_spec, parse_size
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
     settings = Settings.from_env()
     overrides: dict[str, Any] = {"jobs": parse_jobs(args.jobs, name="--jobs"), "progress": args.progress}
@@ -197,7 +207,6 @@ def _show_progress_and_waits() -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.errors import BuildFailed
     from jitguard.supervise.runner import run_ninja
 
     ninja_file = _ninja_file(args.path)
@@ -261,8 +270,6 @@ def execute(args: argparse.Namespace) -> int:
     elif result.attempts == 0:
         print(f"{module}: up to date (log: {result.log_path})")
     else:
-        from jitguard.config import format_bytes
-
         print(
             f"{module}: built in {result.wall_s:.1f} s with {result.jobs} job{'s' if result.jobs != 1 else ''} "
             f"({result.attempts} attempt{'s' if result.attempts != 1 else ''}), peak memory "
@@ -274,8 +281,6 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def options_share_url() -> str | None:
-    from jitguard.config import Settings
-
     return Settings.from_env().share_url
 
 
@@ -288,7 +293,6 @@ def _ninja_share(args: argparse.Namespace, ninja_file: Path, module: str, share_
     import shutil
     import subprocess
 
-    from jitguard.config import Settings
     from jitguard.facts import collect
     from jitguard.facts.build_identity import of_facts
     from jitguard.fleet.module_share import ninja_share
@@ -313,8 +317,8 @@ def _fetched_result(
     module: str, log_path: Path | None, options: Any, outcomes: list[Any], started: float
 ) -> Any:
     """A BuildResult for a project that ran no compile: fetched, or fetched earlier and unchanged."""
-    from jitguard.config import default_cache_dir
-    from jitguard.supervise.runner import BuildResult, default_log_path
+    from jitguard.supervise.build_options import BuildResult
+    from jitguard.supervise.runner import default_log_path
 
     path = log_path or default_log_path(Path(options.cache_dir or default_cache_dir()), module)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,14 +24,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.cli.build import add_share_arguments
 from jitguard.cli.flashinfer_variants import installed_version, selection_from
-from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from jitguard.config import Settings, format_bytes, parse_duration, parse_jobs, parse_memory_spec
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, BuildFailed, UsageError
 
 if TYPE_CHECKING:
     from jitguard.cli.flashinfer_variants import Selection
     from jitguard.findings.model import Finding
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 COMMAND = "build.flashinfer-gdn"
 GDN_ARCH = "9.0a"  # the nvcc-era module is compiled for sm_90a only
@@ -100,7 +104,6 @@ def register(build_subparsers: Any) -> None:
         "--workspace", default=None, help="FlashInfer workspace base (FLASHINFER_WORKSPACE_BASE)"
     )
     parser.add_argument("--timeout", default=None, help="overall build time limit: 3600, 90m, 2h")
-    from jitguard.cli.build import add_share_arguments
 
     add_share_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
@@ -137,8 +140,6 @@ def execute(args: argparse.Namespace) -> int:
         headline = "Build of gdn_prefill not started: cannot import FlashInfer"
         return _report_failure(args, "gdn_prefill", [finding], None, headline, started)
     except Exception as exc:
-        from jitguard.errors import BuildFailed
-
         if not isinstance(exc, BuildFailed):
             raise
         return _report_failure(args, exc.module, list(exc.findings), exc.log_path, exc.headline, started)
@@ -175,8 +176,7 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
-    from jitguard.config import Settings, parse_duration, parse_jobs, parse_memory_spec
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
     settings = Settings.from_env(env)
     jobs = parse_jobs(args.jobs, name="--jobs")
@@ -197,7 +197,6 @@ def _build(
     env: dict[str, str], options: BuildOptions, selection: Selection, publish: str | None = None
 ) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
-    from jitguard.config import Settings
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
     from jitguard.findings.catalog import make
     from jitguard.flashinfer_jit.flashinfer_build import build_spec, check_before_build, facts_for
@@ -281,8 +280,6 @@ def _report_success(
     started: float,
     selection: Selection,
 ) -> int:
-    from jitguard.config import format_bytes
-
     elapsed = time.monotonic() - started
     plan = selection.plan(installed_version())[0] if selection.partial and built is not None else None
     if args.json:

@@ -15,10 +15,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jitguard.cli.parsing import needs_action
-from jitguard.errors import EXIT_OK, UsageError
+from jitguard.config import default_cache_dir, format_bytes, format_duration
+from jitguard.errors import EXIT_OK, DirectoryInTheWay, UsageError
 
 if TYPE_CHECKING:
     from jitguard.state.module_names import Selection
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 _MODULE_HELP = (
     "the records of module NAME as `cache list` names them (e.g. gdn_prefill_sm90, sampling); a name of "
@@ -53,7 +56,6 @@ def configure(subparsers: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.config import default_cache_dir
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
     from jitguard.state.job_memory import JobMemoryStore
     from jitguard.state.kernel_cache import KernelCache
@@ -75,8 +77,6 @@ def _selection(args: argparse.Namespace) -> Selection | None:
 
 
 def _list(args: argparse.Namespace, failures: Any, memory: Any, kernels: Any) -> int:
-    from jitguard.config import format_bytes
-
     _say_if_untrusted(failures.cache_dir)
     now = time.time()
     selection = _selection(args)
@@ -128,7 +128,6 @@ def _list(args: argparse.Namespace, failures: Any, memory: Any, kernels: Any) ->
     from rich.table import Table
 
     from jitguard.cli.report import console
-    from jitguard.config import format_duration
 
     out = console()
     which = f" of module {args.module}" if args.module else ""
@@ -237,7 +236,6 @@ def _matched_text(head: str, selection: Selection, by_module: dict[str, int], le
 
 def _this_fingerprint() -> str | None:
     """This environment's fingerprint, as `jitguard doctor` computes it; None when the facts cannot be had."""
-    from jitguard.config import default_cache_dir
     from jitguard.facts import collect
 
     try:
@@ -273,7 +271,6 @@ def _selected_json(selection: Selection | None) -> dict[str, Any] | None:
 def _refuse_a_file_in_the_way(cache_dir: Any) -> None:
     """A cache dir that is a file (or under one) holds nothing to list or clear: exit 1 with what to move,
     not "No cached build outcomes"."""
-    from jitguard.errors import DirectoryInTheWay
     from jitguard.facts.disk import probe_path
     from jitguard.findings.checks_disk import blocked_directory, in_the_way
 

@@ -6,13 +6,15 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from jitguard.config import Settings, problems
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, SettingsInvalid, UsageError
 
 if TYPE_CHECKING:
-    from jitguard.config import Settings
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
     from jitguard.flashinfer_jit.probe_module import ProbeResult
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 BACKEND_CHOICES = ("all", "flashinfer", "triton", "torch")
 ENGINE_CHOICES = ("vllm", "sglang")
@@ -65,8 +67,6 @@ def configure(subparsers: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from jitguard.config import Settings, problems
-    from jitguard.errors import SettingsInvalid
     from jitguard.facts import collect
     from jitguard.findings import checks_config
     from jitguard.findings.checks import preflight
@@ -139,8 +139,8 @@ def _store_trust(settings: Settings) -> dict[str, Any]:
 
     from jitguard.facts.jit_caches import layers, untrusted
     from jitguard.findings.checks_store import store_trust, warm_caches
-    from jitguard.fleet.artifact_store import describe_url
     from jitguard.fleet.signing import SigningError, load_signer, parse_trusted_keys
+    from jitguard.fleet.store import describe_url
 
     store = describe_url(settings.share_url) if settings.share_url else None
     trusted: tuple[str, ...] = ()
@@ -206,7 +206,7 @@ def _deep(facts: Facts, backends: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 def _compile_probe(facts: Facts, settings: Settings) -> ProbeResult:
     from jitguard.flashinfer_jit.probe_module import run_probe
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
     options = BuildOptions.from_settings(settings, backend="flashinfer", progress="none", timeout=600.0)
     return run_probe(facts, options)

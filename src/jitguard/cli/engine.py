@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jitguard.errors import UsageError
+from jitguard.integrations.sglang import describe_choices
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -23,8 +24,6 @@ TITLES = {"sglang": "SGLang"}
 def describe(engine: str, *, facts: Facts | None = None) -> list[dict[str, Any]]:
     """The rows for ``engine`` (one per choice), from ``facts`` (default: this machine's)."""
     if engine == "sglang":
-        from jitguard.integrations.sglang import describe_choices
-
         return describe_choices(facts=facts)
     raise UsageError(f"--engine {engine!r} is not one jitguard knows; choose one of: {', '.join(ENGINES)}")
 

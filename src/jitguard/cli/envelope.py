@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jitguard import __version__
 from jitguard.errors import JitguardError
 from jitguard.redaction import redact_tree
+from jitguard.version import __version__
 
 
 def envelope(command: str, payload: dict[str, Any], *, version: int = 1) -> dict[str, Any]:

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from jitguard.decision.gdn_model_variants import ModelGdn
     from jitguard.decision.gdn_variants import VariantPlan
 
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
+
 COMMAND = "build.flashinfer-gdn"
 
 

@@ -9,7 +9,10 @@ import time
 from typing import Any
 
 from jitguard.cli.parsing import needs_action
-from jitguard.errors import EXIT_FAILURE, EXIT_OK
+from jitguard.config import Settings
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 BACKENDS = ("auto", "flashinfer", "triton", "torch")
 SHAPE_NAMES = ("small", "qwen3.5", "qwen3.5-long", "qwen3.5-tp8", "gqa")
@@ -64,7 +67,6 @@ def configure(subparsers: Any) -> None:
 def execute_explain(args: argparse.Namespace) -> int:
     """Exit 1 when no backend can run the call (every one blocked, or JITGUARD_GDN_BACKEND names one that
     cannot run here), as doctor does; 2 for a malformed JITGUARD_GDN_BACKEND."""
-    from jitguard.config import Settings
     from jitguard.gdn.dispatch import backend_status, dispatcher, outlook
 
     Settings.from_env()  # malformed JITGUARD_* -> ConfigError -> exit 2, not a line in the trace
@@ -89,7 +91,6 @@ def execute_explain(args: argparse.Namespace) -> int:
 def execute_run(args: argparse.Namespace) -> int:
     import torch
 
-    from jitguard.errors import UsageError
     from jitguard.gdn.dispatch import dispatcher
     from jitguard.gdn.shapes import SHAPES, inputs_for
 

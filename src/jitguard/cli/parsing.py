@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from jitguard.config import parse_store_url
 from jitguard.errors import ConfigError, UsageError
 
 
@@ -24,8 +25,6 @@ def store_url(flag: str) -> Callable[[str], str]:
     is (``jitguard.config.parse_store_url``: ``file://relative/dir`` is refused with ``file:///abs/path``)."""
 
     def parse(text: str) -> str:
-        from jitguard.config import parse_store_url
-
         try:
             return parse_store_url(text, name=flag)
         except ConfigError as exc:

@@ -10,6 +10,8 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from rich.console import Console
 from rich.markup import escape
 
+from jitguard.cli.engine import render
+from jitguard.cli.machine import machine_rows
 from jitguard.redaction import RedactingWriter
 
 if TYPE_CHECKING:
@@ -84,8 +86,6 @@ def render_doctor(
     store: Mapping[str, Any] | None = None,
     deep: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    from jitguard.cli.machine import machine_rows
-
     out = console(stream)
     out.print("[bold]jitguard doctor[/]")
     out.print()
@@ -148,8 +148,6 @@ def render_doctor(
                 f"    {entry.get('backend')}: {entry.get('outcome')} ({escape(str(entry.get('reason')))})"
             )
     if engine is not None and engine.get("name") == "sglang":
-        from jitguard.cli.engine import render
-
         out.print()
         out.print(escape(render("sglang", engine["choices"])))
     elif engine is not None:

@@ -9,7 +9,10 @@ import argparse
 from typing import Any
 
 from jitguard.cli.parsing import needs_action, store_url
-from jitguard.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from jitguard.config import Settings
+from jitguard.errors import EXIT_FAILURE, EXIT_OK, DirectoryInTheWay, UsageError
+
+# The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
 _LAYERS_HELP = (
     "which caches (default: all of vllm, sglang, triton, inductor, flashinfer, jitguard found here)"
@@ -69,12 +72,11 @@ def configure(subparsers: Any) -> None:
 def execute(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from jitguard.config import Settings
     from jitguard.facts.jit_caches import LAYER_NAMES
     from jitguard.fleet import warm_start
-    from jitguard.fleet.artifact_store import describe_url
     from jitguard.fleet.signing import Trust
     from jitguard.fleet.snapshot import arch_of
+    from jitguard.fleet.store import describe_url
 
     settings = Settings.from_env()
     trust = Trust.from_settings(settings)  # trusted keys that cannot be used: exit 2, never "trust all"
@@ -240,7 +242,6 @@ def _keygen(args: argparse.Namespace) -> int:
 def _refuse_a_file_in_the_way(caches: Any) -> None:
     """A cache root that is a file, or sits under one, cannot be restored into: say which and what to move
     before the store is read (the restore would fail with a bare FileExistsError)."""
-    from jitguard.errors import DirectoryInTheWay
     from jitguard.facts.disk import probe_path
     from jitguard.findings.checks_disk import blocked_directory, in_the_way
 

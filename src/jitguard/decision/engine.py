@@ -1,22 +1,9 @@
 """The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each: the
-one choice core of every engine plugin (vLLM's choices here, SGLang's linear-attention phases in
-``decision.sglang``).
+one choice core of every engine plugin (vLLM's table ``CHOICES`` here, SGLang's phases in ``decision.sglang``).
 
-vLLM's table (``CHOICES``): GDN prefill, the top-k/top-p sampler, attention (and its FP8 KV cache), fused MoE,
-and FlashInfer's other kernels. Each JIT-compiles FlashInfer modules on first use; a compile or link failure
-there kills engine start-up (vLLM issue #50705). For each, the same question with the same facts and the
-same failure cache: can its modules be built (or are they prebuilt) and loaded here?
-
-- usable: the engine's choice stands;
-- not usable, and the engine picked it on its own: its own non-FlashInfer path, with one warning;
-- not usable, and the user named it: a clear stop at start-up (``ChoiceUnavailable``).
-
-``assess`` makes a choice's status from findings, ``verdict`` says what the engine does with it, and
-``primary_of`` names the finding a one-line message shows.
-
-Unknown is not "doomed" (docs/failsafe.md): a fact that could not be collected is a warning that blocks
-nothing; only positive evidence (a failed trial link, a missing tool, a recorded failure) changes what the
-engine does. Everything here is pure: findings in, a verdict out.
+A choice whose modules cannot be built or loaded here keeps the engine's own path with one warning when the
+engine picked it, and stops start-up clearly when the user named it (``assess``, ``verdict``). Unknown is not
+doomed: only positive evidence changes what the engine does (docs/failsafe.md). Pure: findings in, a verdict out.
 """
 
 from __future__ import annotations
@@ -27,6 +14,7 @@ from typing import Any, Literal
 
 from jitguard.decision.gdn import UNVERIFIED
 from jitguard.errors import BackendUnavailable
+from jitguard.facts.flashinfer import ERA_NVCC
 from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding, sort_findings
 
@@ -290,8 +278,6 @@ def verdict(status: ChoiceStatus, *, named: bool) -> ChoiceVerdict:
 def prefill_in_process(era: str | None, gpu_majors: set[int | None]) -> bool:
     """Whether FlashInfer runs GDN prefill as an in-process CuTeDSL kernel where its nvcc era would build a
     module: on SM100 only (its Blackwell kernel, CUDA 13)."""
-    from jitguard.facts.flashinfer import ERA_NVCC
-
     return era == ERA_NVCC and gpu_majors == {10}
 
 

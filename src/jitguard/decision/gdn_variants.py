@@ -1,23 +1,9 @@
 """Which instances of FlashInfer's nvcc-era GDN prefill kernel a model needs, and the module that holds them.
 
-FlashInfer 0.6.3 - 0.6.13 compiles one explicit instance of ``flat::launch_delta_rule_prefill_kernel_gbai``
-per combination of its template flags (read from ``flashinfer/jit/gdn.py`` and
-``data/csrc/prefill_kernel_delta_rule_sm90.cu`` of 0.6.6 and 0.6.12):
-
-| releases | flags (template order) | instances | TUs |
-|---|---|---|---|
-| 0.6.3 - 0.6.7 | is_gva, needs_beta, needs_alpha, init_state | 2 dtypes x 16 = 32 | 34 |
-| 0.6.8 - 0.6.13 | ... + enable_checkpointing | 2 dtypes x 32 = 64 | 66 |
-
-plus ``gdn_prefill_launcher.cu`` (the TVM-FFI entry point) and ``prefill_kernel_delta_rule_sm90.cu`` (the
-runtime dispatch over the flags, which references every instance). The launcher picks the instance from the
-call: ``is_gva = num_v_heads > num_q_heads``, ``needs_beta/needs_alpha/init_state = beta/alpha/initial_state
-given``, ``enable_checkpointing = checkpoint_every_n_tokens > 0``, dtype = q's dtype.
-
-A served model has one dtype and one head layout, and vLLM always passes beta, alpha (``exp(g)``) and an
-initial state, without checkpoints on its regular prefill path: one instance (``gdn_model_variants`` reads it
-from a model config or a call). Everything here is pure (variants in, a plan out); the build stage makes the
-module.
+FlashInfer 0.6.3 - 0.6.13 compiles one instance per dtype and combination of its template flags (32, then 64),
+and its launcher picks one per call from q's dtype and which inputs are given (docs/gdn_variants.md). A
+served model needs one (``gdn_model_variants`` reads it). Pure: variants in, a plan out; the build stage
+makes the module.
 """
 
 from __future__ import annotations

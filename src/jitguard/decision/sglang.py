@@ -1,29 +1,10 @@
 """SGLang's linear-attention kernel choice, phase by phase: one ``Choice`` per phase (``PHASE_CHOICES``), judged
-by the one choice core (``decision.engine``), and how the operator asked for FlashInfer. Pure: plain values in,
-plain values out; nothing here imports SGLang (``integrations/sglang.py`` reads SGLang and applies the
-verdicts).
+by the one choice core (``decision.engine``), and how the operator asked for FlashInfer.
 
-SGLang picks a kernel backend per phase: ``--linear-attn-backend`` for all, overridden by
-``--linear-attn-prefill-backend``, ``--linear-attn-decode-backend`` and (0.5.17+) ``--linear-attn-verify-backend``
-(unset, verify follows decode when decode is FlashInfer, else Triton). It picks FlashInfer by itself for decode
-on SM100 with ``--mamba-ssm-dtype bfloat16`` (0.5.x), and for prefill in its validated GDN domains (0.5.17, 0.5.18:
-SM100 with CUDA 13; 0.5.19+: SM90 too).
-
-Which facts decide which phase (read from FlashInfer 0.6.12 and 0.7.2, the versions SGLang 0.5.15 and 0.5.23 pin):
-
-- **prefill** runs ``flashinfer.gdn_prefill.chunk_gated_delta_rule``: jitguard's FlashInfer GDN prefill verdict
-  as it is (pre-flight on this machine's facts, the failure cache, the recorded failures of FlashInfer's GDN
-  modules), the same one the vLLM plugin uses;
-  in the nvcc era (FlashInfer <= 0.6.13, SGLang <= 0.5.15) on SM90 that includes the 34-66 file nvcc build.
-  One exception: on SM100, FlashInfer 0.6.x of the nvcc era runs a CuTeDSL Blackwell kernel (CUDA 13), not
-  the nvcc module, so there only the kernel-wide findings below and a recorded failure decide.
-- **decode** and **verify** run FlashInfer's GDN decode/MTP kernels, CuTeDSL kernels compiled in-process in
-  every FlashInfer SGLang pins: no nvcc, no link. Only the findings that stop every FlashInfer GDN kernel
-  decide them (``decision.engine.KERNEL_WIDE``: no GPU, no CUDA torch, FlashInfer missing or unimportable, the CuTeDSL
-  missing, too old or its install damaged); the prefill build's findings and its cached failure do not.
-
-Which GPU runs what is SGLang's own call: it picks FlashInfer by itself only where it validated it, and its own
-kernel set-up refuses a GPU FlashInfer does not serve; jitguard adds what SGLang does not check.
+Prefill runs FlashInfer's GDN prefill and takes its verdict as it is (the vLLM plugin's); decode and verify
+run CuTeDSL kernels compiled in-process, so only the findings that stop every FlashInfer GDN kernel decide them
+(``decision.engine.KERNEL_WIDE``) (docs/sglang.md). Pure: nothing here imports SGLang
+(``integrations/sglang.py`` reads SGLang and applies the verdicts).
 """
 
 from __future__ import annotations

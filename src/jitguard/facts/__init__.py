@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from jitguard.config import default_cache_dir
+
 if TYPE_CHECKING:
     from jitguard.facts.disk import DiskFacts
     from jitguard.facts.dsl_install import DslInstallFacts
@@ -96,7 +98,7 @@ class Facts:
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
     """Probe everything. ``env`` defaults to os.environ; ``cache_dir`` to jitguard's cache dir."""
-    from jitguard.config import default_cache_dir
+    # lazy: every `import jitguard.facts.<probe>` runs this file first; only collect() needs them all
     from jitguard.facts import (
         disk,
         dsl_install,

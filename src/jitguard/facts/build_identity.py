@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from jitguard.facts import fingerprint
 from jitguard.facts.fingerprint import ENV_NAMES
 
 SCHEMA = 1
@@ -77,8 +78,6 @@ def compute(described: Mapping[str, Any]) -> str:
 
 def of_facts(facts: Any) -> str:
     """The build identity of collected ``Facts``."""
-    from jitguard.facts import fingerprint
-
     described = fingerprint.describe(
         packages=facts.packages,
         gpu=facts.gpu,

@@ -70,7 +70,7 @@ def parse(text: str) -> Target | None:
 
 
 # Plain targets: (first CUDA release whose nvcc targets it, last release or None). Read from NVIDIA's release
-# notes; 11.8's and 13.0's rows are checked against those nvcc's own lists by tests/real/facts.
+# notes; 11.8's and 13.0's rows are checked against those nvcc's own lists by tests/real/test_arch_verdicts.py.
 _PLAIN: dict[int, tuple[Release, Release | None]] = {
     35: ((5, 0), (11, 8)),
     37: ((6, 5), (11, 8)),

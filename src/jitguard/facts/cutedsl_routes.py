@@ -1,20 +1,9 @@
 """Where each FlashInfer module keeps the CuTeDSL kernels it compiles, read from its source (nothing imported).
 
-FlashInfer compiles CuTeDSL kernels along three routes, and jitguard must treat each differently:
-
-- ``disk``: through FlashInfer's own disk cache, ``flashinfer.jit.cute_dsl_core`` (``JitSpecCuteDsl``,
-  ``build_and_load_cute_dsl_kernel``; flashinfer-python >= 0.6.18): compiled once, exported to
-  ``<FLASHINFER_JIT_DIR>/<module>_<arch>_cute_dsl/<kernel>.o`` and loaded by every later process. jitguard
-  leaves these alone: a second copy in its own cache could only go stale;
-- ``memory``: through ``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile``, a
-  process-memory dict (the GDN prefill kernels of SM90, SM120 and SM80, and the context-parallel ones):
-  every process compiles again; jitguard's kernel cache (``flashinfer_jit.cutedsl_cache``) persists them;
-- ``bare``: ``cute.compile`` with a cache of the module's own in memory (0.6.18's Blackwell GDN prefill): no
-  one persists them.
-
-``routes(package_dir)`` classifies every module of a FlashInfer tree; ``persists_itself(path)`` says whether a
-module (the compile cache jitguard routes) already writes to FlashInfer's disk cache, in which case jitguard
-defers to it.
+Three routes, each treated differently: ``disk`` (FlashInfer's own disk cache, >= 0.6.18: left alone),
+``memory`` (``custom_compile_cache.cached_compile``: persisted by ``flashinfer_jit.cutedsl_cache``) and
+``bare`` (``cute.compile`` with a cache of the module's own: no one persists them) (docs/cutedsl.md).
+``persists_itself`` says whether the compile cache jitguard routes already writes to FlashInfer's disk cache.
 """
 
 from __future__ import annotations

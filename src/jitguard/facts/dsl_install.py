@@ -1,21 +1,9 @@
 """The nvidia-cutlass-dsl wheels' installed files against their RECORD (sha256 and size).
 
-The DSL ships as sibling wheels: ``nvidia-cutlass-dsl`` (metadata only), ``-libs-base``, ``-libs-core``,
-``-libs-cu12``, ``-libs-cu13``. In some versions (4.4.x, 4.5.x; NVIDIA/cutlass #3170, #3259) two of them list
-the same paths with different contents: the wheel extracted last wins, and a parallel installer (uv) or an
-overlapping install can leave a mix that imports and then fails when a kernel compiles. vLLM re-hashes the
-cu13 wheel's files on SM10x only; FlashInfer uses the DSL on every arch of its CuTeDSL era.
-
-Pure facts: per installed DSL distribution, how many files were checked, which are missing and which differ;
-for a file that differs, which other installed DSL distributions list the same path and whose RECORD entry
-its content matches (that wheel's copy won). Which differences are damage is the checks' call
-(``findings/checks_dsl.py``).
-
-Hashing the DSL (~500 MB) takes about a second, so digests are kept, keyed by the file's path, size, mtime,
-ctime and inode (a reinstall or an edit changes one of them; ctime cannot be set back): for the life of the
-process, and, given jitguard's cache dir, in ``<cache_dir>/dsl/digests.json`` for the next process (an
-engine's processes each check the DSL at start). Re-asking then costs one stat per file. That file follows the
-cache dir's trust rules; a missing, untrusted or corrupt one is a miss, never an error.
+Sibling DSL wheels can write the same paths with different contents, and a mix imports, then fails when a
+kernel compiles (docs/findings.md). Pure facts: per distribution, the files missing or differing and whose
+RECORD a differing file matches; the checks (``findings/checks_dsl.py``) judge. Digests are kept by path,
+size, mtime, ctime and inode, in process and in ``<cache_dir>/dsl/digests.json`` (docs/cutedsl.md).
 """
 
 from __future__ import annotations

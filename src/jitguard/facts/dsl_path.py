@@ -1,18 +1,10 @@
 """Where the engine's ``import cutlass`` would find the CUTLASS DSL, and whether FlashInfer's GDN prefill kernel
-for each GPU arch is there to import it: read from sys.path, the DSL's RECORDs and FlashInfer's source, with
-nothing imported (the deep import is ``doctor --deep``'s, ``facts/import_probe.py``).
+for each GPU arch is there to import it: read from sys.path, the DSL's RECORDs and FlashInfer's source.
 
-The DSL's Python packages (``cutlass``, ``iket``) do not sit in the site directory itself but one level down,
-in ``nvidia_cutlass_dsl/dsl_packages`` (4.6+) or ``nvidia_cutlass_dsl/python_packages`` (4.4, 4.5); a ``.pth``
-file the wheels install (``nvidia_cutlass_dsl_packages.pth`` or ``nvidia_cutlass_dsl.pth``) puts that
-directory on sys.path at interpreter start. Python reads ``.pth`` files only in site directories: an install
-with ``pip install --target`` put on PYTHONPATH, rules_python, PEX and ``python -S`` skip it, so the DSL's
-metadata is there (pip and FlashInfer's version checks see it) and ``import cutlass`` fails. FlashInfer imports
-its GDN prefill kernel inside ``try/except`` and raises ``NotImplementedError('SM90 GDN prefill DSL kernel is
-unavailable')`` only at the first request, after the engine reported ready.
-
-``probe`` costs a sys.path scan, a walk of the installed distributions' metadata and one AST parse per kernel
-module (~0.1 s in a large environment).
+The DSL's packages sit one level below the site directory and reach sys.path through a ``.pth`` file, which
+``pip install --target`` on PYTHONPATH, PEX or ``python -S`` skip: the metadata is there and the import fails,
+and FlashInfer says so only at the first request. Nothing is imported (``doctor --deep`` does that:
+``facts/import_probe.py``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ import platform
 import sys
 from typing import Any
 
+from jitguard.facts.flashinfer import arch_from_capability, parse_arch_list
+
 # Bump when the meaning of the inputs changes, so old cache entries stop matching.
 SCHEMA = 1
 PACKAGES = (
@@ -190,16 +192,12 @@ def _env(environment: Any, gpu: Any = None) -> dict[str, str]:
 def detected_arch_list(gpu: Any) -> str | None:
     """The arch list FlashInfer derives from the visible GPUs when FLASHINFER_CUDA_ARCH_LIST is unset (each
     device's capability, 'a' for majors >= 9: an H200 gives '9.0a'); None without a GPU."""
-    from jitguard.facts.flashinfer import arch_from_capability
-
     pairs = getattr(gpu, "capability_pairs", None)
     found = pairs() if callable(pairs) else ()
     return " ".join(sorted({arch_from_capability(major, minor) for major, minor in found})) or None
 
 
 def _same_archs(value: str, detected: str | None) -> bool:
-    from jitguard.facts.flashinfer import parse_arch_list
-
     if detected is None:
         return False
     archs, _, error = parse_arch_list(value)

@@ -2,18 +2,10 @@
 flashinfer-jit-cache wheel holds a module for a GPU instead. Pure: re-derived from FlashInfer's code, never
 imported.
 
-FlashInfer keeps one target list per process (``compilation_context.py``): FLASHINFER_CUDA_ARCH_LIST split on
-spaces, else every visible GPU's capability. Releases up to 0.6.6 take the list verbatim and give a GPU of
-major >= 9 the ``a`` suffix; from 0.6.7 an entry without a suffix is normalised (9.x and >= 10: ``a``; 12.x:
-``120f`` from CUDA 12.9 and a RuntimeError below, 0.7.1+ settle for ``120a`` on CUDA 12.8), while an entry
-with a suffix stays as written. The CUDA release there is ``$cuda_home/bin/nvcc --version``'s. A refusal
-during the GPU query is swallowed into a warning and leaves the list empty, so every JIT module then fails in
-``check_cuda_arch`` ("FlashInfer requires GPUs with sm75 or higher"), as does a list with nothing >= 7.5.
-
-Most modules (sampling, attention, norm, ...) get the whole list (``jit/cpp_ext.py``). A module with
-``-gencode`` flags of its own keeps only those: GDN prefill (nvcc era) and CUTLASS fused MoE for SM90 ask
-for ``sm_90a`` alone, fused MoE for SM89 for ``sm_89``; fused MoE for Blackwell filters the list by
-``supported_major_versions`` (12.x: [12]; 10.3: [10]; 10.0 and 11.0: [10, 11]; ``jit/fused_moe.py``).
+One target list per process (``FLASHINFER_CUDA_ARCH_LIST``, else the visible GPUs), normalised by release
+(suffixes ``a`` and ``f``, a refusal below CUDA 12.9 for 12.x); most modules get the whole list, a module with
+``-gencode`` flags of its own only those (GDN prefill and SM90 fused MoE: ``sm_90a``), and Blackwell fused
+MoE the list filtered by its supported majors. The rules per release are in the functions below.
 """
 
 from __future__ import annotations

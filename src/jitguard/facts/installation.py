@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from jitguard.version import __version__
+
 DISTRIBUTION = "jitguard"
 # Runtime requirement -> the module it provides (when the metadata cannot be read: a source tree on sys.path).
 IMPORT_NAMES = {"psutil": "psutil", "pyelftools": "elftools", "packaging": "packaging", "rich": "rich"}
@@ -42,15 +44,13 @@ class InstallationFacts:
 
 
 def probe() -> InstallationFacts:
-    import jitguard
-
     installed = _installed_version()
     requirements = _requirements() if installed else list(FALLBACK_REQUIREMENTS)
     deps = tuple(_dependency(r) for r in requirements)
     missing = tuple(e for e in ENTRY_POINTS if installed and not _has_entry_point(e[0], e[1]))
     return InstallationFacts(
-        imported_version=jitguard.__version__,
-        location=str(Path(jitguard.__file__).parent),
+        imported_version=__version__,
+        location=str(Path(__file__).parent.parent),  # the package this module was imported from
         installed_version=installed,
         dependencies=deps,
         missing_entry_points=missing,

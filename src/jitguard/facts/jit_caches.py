@@ -1,22 +1,9 @@
 """Where the JIT caches of an engine start live on this host, found the way each tool finds its own.
 
-An engine start fills several caches, each with its own variable and default (read from the tools' code):
-
-| layer | variable | default |
-|---|---|---|
-| ``vllm`` (torch.compile and AOT artifacts, FlashInfer autotune results) | ``VLLM_CACHE_ROOT`` | ``${XDG_CACHE_HOME:-~/.cache}/vllm`` |
-| ``sglang`` (its torch.compile tree, DeepGEMM) | ``SGLANG_CACHE_DIR`` | ``~/.cache/sglang`` |
-| ``triton`` (kernels, autotune results) | ``TRITON_CACHE_DIR`` | ``${TRITON_HOME:-~}/.triton/cache`` |
-| ``inductor`` (FX graphs, generated code, Triton kernels when TRITON_CACHE_DIR is unset) | ``TORCHINDUCTOR_CACHE_DIR`` | ``<tmp>/torchinductor_<user>`` |
-| ``flashinfer`` (its JIT workspace) | ``FLASHINFER_WORKSPACE_BASE`` | ``~/.cache/flashinfer`` under it |
-| ``deep_gemm`` (DeepGEMM's JIT kernels) | ``SGLANG_DG_CACHE_DIR``, ``DG_JIT_CACHE_DIR`` | ``~/.cache/deep_gemm`` (SGLang's) |
-| ``jitguard`` (the CuTeDSL kernel cache) | ``JITGUARD_CACHE_DIR`` | ``kernels/`` of jitguard's cache dir |
-
-``layers(env)`` lists them for one environment: pure, nothing is created or read. SGLang (0.5.19+) points Triton, Inductor, FlashInfer and
-DeepGEMM under ``SGLANG_CACHE_DIR`` when ``sglang`` is imported (unless they are set): those land inside the
-``sglang`` layer, in the engine's process and in a plain shell alike. Two layers can name one
-directory (Inductor's Triton dir inside its own): ``layers`` keeps the outer one only, so no file is counted
-twice.
+One layer per cache (vllm, sglang, triton, inductor, flashinfer, deep_gemm, jitguard's kernels), each from
+its own variable and default as the tool reads them (docs/fleet.md). ``layers(env)`` is pure; SGLang's
+redirection of the others under ``SGLANG_CACHE_DIR`` is followed, and of two layers that nest only the outer
+one is kept, so no file is counted twice.
 """
 
 from __future__ import annotations
@@ -28,6 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from jitguard import fileio
 
 LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard")
 
@@ -159,8 +148,6 @@ VARIABLE = {
 def untrusted(caches: tuple[CacheLayer, ...]) -> dict[str, tuple[str, ...]]:
     """Each layer whose root a warm save would not publish (``fileio.trusted_root`` under
     ``fileio.PUBLISHED``), with why. A root that does not exist yet is fine. Reads only ``lstat``s."""
-    from jitguard import fileio
-
     found: dict[str, tuple[str, ...]] = {}
     for cache in caches:
         _real, reasons = fileio.trusted_root(cache.root, fileio.PUBLISHED)

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jitguard.config import format_bytes
 from jitguard.facts.cgroup import memberships as parse_memberships
 from jitguard.facts.cgroup import mounts, read_keyed, read_text, relative_to_root
 
@@ -94,7 +95,6 @@ class MemoryFacts:
 
     def evidence(self) -> tuple[str, ...]:
         """Human-readable lines for findings."""
-        from jitguard.config import format_bytes
 
         def fmt(n: int | None) -> str:
             return "unknown" if n is None else format_bytes(n)

@@ -7,10 +7,10 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
+from jitguard.facts import Unavailable
+
 
 def to_plain(value: Any) -> Any:
-    from jitguard.facts import Unavailable
-
     if isinstance(value, Unavailable):
         return {"unavailable": value._jitguard_error}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from jitguard.facts.cuda_archs import parse_nvcc_help
 from jitguard.facts.cuda_homes import CudaHome, find_cuda_homes, resolve_cuda_home
 
 VERSION_TIMEOUT_S = 5.0
@@ -176,8 +177,6 @@ def nvcc_gpu_archs(command: tuple[str, ...], path: str, env: Mapping[str, str]) 
 def _nvcc_gpu_archs(
     command: tuple[str, ...], path: str, size: int, mtime_ns: int, env: tuple[tuple[str, str], ...]
 ) -> tuple[str, ...]:
-    from jitguard.facts.cuda_archs import parse_nvcc_help
-
     returncode, output, error = _run([*command, "--help"], dict(env))
     if error is not None or returncode != 0:
         return ()

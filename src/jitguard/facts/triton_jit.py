@@ -1,23 +1,10 @@
 """Can Triton's JIT build its launcher here? Its prerequisites found the way the installed Triton finds them,
 and a real build of a C stub the way Triton builds its launcher.
 
-Every Triton kernel launch on NVIDIA first compiles a small C module (``backends/nvidia/driver.py`` through
-``runtime/build.py``). Its rules, read from Triton 3.2-3.8:
-
-- the C compiler: ``CC`` taken verbatim as one program (even ``ccache gcc`` is one name to it), else ``gcc``
-  on PATH, else ``clang``; never ``cc``. With none: ``RuntimeError("Failed to find C compiler. Please specify
-  via CC environment variable.")`` (3.4+ adds `` or set triton.knobs.build.impl.``);
-- Python.h: ``-I`` sysconfig's ``include`` path of the default scheme (Debian's ``posix_local`` read as
-  ``posix_prefix``), the base interpreter's even in a venv;
-- libcuda: ``TRITON_LIBCUDA_PATH`` used as is; else the directories of the ``libcuda.so.1`` lines of
-  ``/sbin/ldconfig -p``; else (none listed) the ``LD_LIBRARY_PATH`` directories holding ``libcuda.so.1``. No
-  directory with ``libcuda.so.1``: ``AssertionError("libcuda.so cannot found! ...")``. Linked as ``-lcuda``
-  up to 3.5 (so the directory needs the unversioned ``libcuda.so``), as ``-l:libcuda.so.1`` from 3.6;
-- the command: ``<cc> <src> -O3 -shared -fPIC -Wno-psabi -o <so> <-l...> <-L...> <-I...>``, with this
-  process's environment (LIBRARY_PATH, CPATH count).
-
-A pure probe: no CUDA, no import of triton; the stub builds in a temp dir with a time bound, and the build
-verdicts are kept per compiler identity for the life of the process (every engine choice asks again).
+Every Triton kernel launch on NVIDIA first compiles a small C module: the C compiler (``CC`` as one program,
+else gcc, else clang), Python.h, and a directory with ``libcuda.so.1`` (``TRITON_LIBCUDA_PATH``, ldconfig,
+``LD_LIBRARY_PATH``), as Triton 3.2-3.8 do (docs/findings.md, the triton codes). No CUDA, no import of
+triton; the stub builds in a temp dir with a time bound, and verdicts are kept per compiler for the process.
 """
 
 from __future__ import annotations

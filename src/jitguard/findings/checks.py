@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from jitguard.facts import FactUnavailable
+from jitguard.facts.flashinfer import gdn_kernel_modules
+from jitguard.facts.import_probe import probe_import
 from jitguard.findings import (
     checks_arch,
     checks_dsl,
@@ -18,6 +21,7 @@ from jitguard.findings import (
     checks_toolchain,
     checks_triton,
 )
+from jitguard.findings.checks_packages import import_findings
 from jitguard.findings.model import Finding, sort_findings
 
 if TYPE_CHECKING:
@@ -95,9 +99,6 @@ def deep_checks(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from jitguard.facts.import_probe import probe_import
-    from jitguard.findings.checks_packages import import_findings
-
     module = DEEP_IMPORTS.get(backend)
     if module is None:
         return []
@@ -127,8 +128,6 @@ def deep_checks(
 def _gdn_kernels(facts: Facts) -> tuple[GdnKernelModule, ...]:
     """The CuTeDSL-era GDN prefill kernel modules for the GPUs here: their archs from the GPU facts, else from
     FLASHINFER_CUDA_ARCH_LIST, else SM90."""
-    from jitguard.facts import FactUnavailable
-    from jitguard.facts.flashinfer import gdn_kernel_modules
 
     try:
         fi = facts.flashinfer

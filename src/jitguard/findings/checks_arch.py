@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.facts import FactUnavailable
-from jitguard.facts.cuda_archs import Release, Target, can_target, releases_for, targets_of
+from jitguard.facts.cuda_archs import Release, Target, can_target, parse, releases_for, targets_of
 from jitguard.facts.flashinfer_archs import (
     KIND_FUSED_MOE,
     KIND_GDN,
@@ -150,8 +150,6 @@ def issues(facts: Facts, kinds: Sequence[str]) -> list[ArchIssue]:
 def log_params(facts: Facts | None, arch: str | None) -> dict[str, Any]:
     """Template fields for ``nvcc-arch-unsupported`` found in a build log naming ``arch`` (nvcc's
     ``compute_70``, ``sm_120f``): the same fixes pre-flight gives, as far as the facts go."""
-    from jitguard.facts.cuda_archs import parse
-
     target = parse(arch) if arch else None
     params: dict[str, Any] = {"modules": "a FlashInfer JIT module", "arch_source": "from the build log"}
     if target is not None:
@@ -361,8 +359,6 @@ def _plan_eligible(facts: Facts) -> bool:
 
 
 def _spelled(text: str) -> Target | None:
-    from jitguard.facts.cuda_archs import parse
-
     return parse(text)
 
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from jitguard.facts import FactUnavailable
+from jitguard.facts.flashinfer import GDN_KERNEL_MODULES
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 
@@ -225,8 +227,6 @@ def dsl_cause(probe: ImportProbe, facts: Facts) -> dict[str, str] | None:
 
 def _off_path_copy(facts: Facts) -> DslCopy | None:
     """The installed DSL copy whose packages ``import cutlass`` cannot find (a skipped .pth), else None."""
-    from jitguard.facts import FactUnavailable
-
     try:
         where: DslPathFacts | None = facts.dsl_path
         if where is None or where.imported_from is not None:
@@ -276,8 +276,6 @@ def _from_dsl(probe: ImportProbe) -> bool:
 
 
 def _installed_dsl(facts: Facts) -> DslInstallFacts | None:
-    from jitguard.facts import FactUnavailable
-
     try:
         dsl: DslInstallFacts | None = facts.dsl_install
         if dsl is not None:
@@ -423,8 +421,6 @@ def _shadowed(where: DslPathFacts, listed: DslCopy | None, common: dict[str, Any
 
 
 def _unavailable(kernels: tuple[KernelSource, ...]) -> str:
-    from jitguard.facts.flashinfer import GDN_KERNEL_MODULES
-
     messages = [GDN_KERNEL_MODULES[k.major][2] for k in kernels if k.major in GDN_KERNEL_MODULES]
     return messages[0] if messages else GDN_KERNEL_MODULES[9][2]
 

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from jitguard.facts import FactUnavailable
+from jitguard.facts.triton_jit import python_include_dir
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.model import Finding
@@ -99,8 +100,6 @@ def cc_params(jit: TritonJitFacts | None) -> dict[str, Any]:
 
 def header_params(jit: TritonJitFacts | None) -> dict[str, Any]:
     if jit is None:  # a log alone: this interpreter's, which is the one Triton builds for
-        from jitguard.facts.triton_jit import python_include_dir
-
         return {"include": python_include_dir(), "python_version": "{}.{}".format(*sys.version_info[:2])}
     return {"include": jit.python_include, "python_version": jit.python_version}
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_arch import log_params
+from jitguard.findings.checks_triton import params_for as triton_params
 from jitguard.findings.model import Finding
+from jitguard.findings.toolchain_fixes import params_for
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -175,16 +178,11 @@ def classify(
 
 def _facts_params(code: str, facts: Facts | None, found: dict[str, Any]) -> dict[str, Any]:
     if code.startswith("triton-"):
-        from jitguard.findings.checks_triton import params_for as triton_params
-
         return triton_params(code, facts)
     if code == "nvcc-arch-unsupported":
-        from jitguard.findings.checks_arch import log_params
-
         return log_params(facts, found.get("arch"))
     if facts is None:
         return {}
-    from jitguard.findings.toolchain_fixes import params_for
 
     return params_for(code, facts)
 

@@ -1,40 +1,10 @@
 """Compile each FlashInfer CuTeDSL kernel once per host, not once per process (FlashInfer >= 0.6.14).
 
-FlashInfer's GDN prefill kernels (SM90, SM120, the context-parallel ones) go through one function,
-``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile(func, *args, compile_options)``:
-a lookup in a process-memory dict (``_in_mem_compile_cache``, keyed by the kernel object's
-``_get_compile_key()`` and the options), else ``cute.compile``. Every process, every rank, every restart
-compiles again (measured 3.7-7.9 s per specialisation on an H200). ``route(module)`` puts a persisting
-``cached_compile`` in its place (and in every FlashInfer module that imported the name), which on a miss of
-that dict:
-
-1. keys the kernel by everything that changes it and no path (``cutedsl_key``), so a cache root moved or copied
-   to another host with the same stack hits; a compile key jitguard cannot write down stably is not
-   persisted: the kernel is compiled as without jitguard;
-2. loads it from the kernel cache (``state.kernel_cache``: verified by sha256, trusted like the rest of the
-   cache dir) with the DSL's own loader (``cutedsl_objects``) and puts it in FlashInfer's dict, so
-   FlashInfer's own later lookups (and ``get_cached_compile``) find it;
-3. else takes a per-kernel lock (other ranks wait, visibly, then load), compiles with FlashInfer's own
-   ``cached_compile`` (logged when it takes over a second: what, and for how long), exports the object with
-   the DSL (``dump_to_object``, or ``export_to_c`` for a TVM-FFI kernel), checks that it loads back, and
-   publishes it (not when the DSL's files differ from its wheels: ``dsl_damage``); the in-process kernel
-   serves this process.
-
-With an artifact store (``JITGUARD_SHARE``), step 3 first fetches the kernel another host compiled (the key
-holds no path, so hosts with the same stack and arch agree; sha256-verified by the store, then loaded here
-before it is kept), and a kernel compiled here is published (``JITGUARD_SHARE_PUBLISH=1``), as FlashInfer's
-nvcc modules are (``fleet.module_share``): a store that fails is one warning and a local compile.
-
-Never both caches for one kernel: kernels FlashInfer keeps in its own CuTeDSL disk cache
-(``flashinfer.jit.cute_dsl_core``, >= 0.6.18: Blackwell GDN prefill and GDN decode from 0.7) never pass through
-``cached_compile``, and a ``cached_compile`` that FlashInfer itself made persistent (``facts.cutedsl_routes``) is
-left unrouted: jitguard defers to FlashInfer, whose cache is kept in step with its kernels, rather than keep a
-second copy that could go stale (docs/cutedsl.md).
-
-Never worse than without jitguard: any fault of the cache (a key it cannot make, an export the DSL refuses, an
-object that does not load, a lock it cannot take, a cache dir it cannot write) is one warning per process
-and FlashInfer's own compile; FlashInfer's and the DSL's own errors from the compile reach the caller
-unchanged. ``JITGUARD_DISABLE=1`` or ``JITGUARD_CUTEDSL_CACHE=0`` is stock FlashInfer.
+FlashInfer's GDN prefill kernels go through ``custom_compile_cache.cached_compile``, which keeps a kernel in
+process memory only: every process, rank and restart compiles again. ``route`` puts a persisting one in its
+place: keyed without paths (``cutedsl_key``), loaded from the kernel cache (``state.kernel_cache``) or the
+store, else compiled once under a per-kernel lock and published. Kernels FlashInfer keeps in its own disk
+cache are left to it. Any fault of the cache is one warning and FlashInfer's own compile (docs/cutedsl.md).
 """
 
 from __future__ import annotations
@@ -52,10 +22,13 @@ from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
 from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.facts import dsl_install
 from jitguard.facts.cutedsl_routes import persists_itself
+from jitguard.findings.checks_dsl import damage
 from jitguard.flashinfer_jit import cutedsl_objects
 from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
 from jitguard.ledger import tally
+from jitguard.locks.lock_dir import lock_dir
 from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 from jitguard.state.kernel_cache import KernelCache, KernelKey
 
@@ -226,8 +199,6 @@ def _timed(compile: Callable[[], Any], name: str) -> Any:
 def _take_lock(settings: Settings, key: KernelKey) -> ModuleLock | None:
     """The per-kernel lock, held while one process compiles and publishes; None when it cannot be had (then
     this process compiles on its own: harmless, the first publish is kept)."""
-    from jitguard.locks.lock_dir import lock_dir
-
     try:
         path = lock_dir(settings.cache_dir, "locks") / f"cutedsl-{key.digest[:24]}.lock"
         lock = ModuleLock(
@@ -268,9 +239,6 @@ def dsl_damage() -> str:
     """Why kernels compiled here must not be kept ('' when they may): the nvidia-cutlass-dsl files differ from
     their wheels' RECORD (``facts.dsl_install``), so a kernel compiled now may not be what the key says, and
     would outlive the repair (the key holds the RECORDs, not the files)."""
-    from jitguard.config import Settings
-    from jitguard.facts import dsl_install
-    from jitguard.findings.checks_dsl import damage
 
     checked = dsl_install.probe(cache_dir=Settings.from_env().cache_dir)  # digests kept by pre-flight
     damaged = [f"{d.name} ({len(bad)} files)" for d in checked.dists if (bad := damage(d))]

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from jitguard.config import Settings
+from jitguard.fleet.artifact_store import ArtifactKey
+from jitguard.fleet.module_share import Share
+from jitguard.fleet.signing import Trust
 from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 
 SHARED_MODULE = "cutedsl-kernel"  # the artifact store's module name for these kernels
@@ -56,9 +59,6 @@ def _is_tvm_ffi(compiled: Any) -> bool:
 
 
 def _share(settings: Settings, key: KernelKey) -> Any:
-    from jitguard.fleet.artifact_store import ArtifactKey
-    from jitguard.fleet.module_share import Share
-    from jitguard.fleet.signing import Trust
 
     # Signed and checked as every store document (fleet.signing): a kernel from an untrusted publisher is a
     # refusal, one warning, and a compile here.

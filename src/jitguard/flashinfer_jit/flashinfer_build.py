@@ -1,28 +1,9 @@
 """The guarded build of one FlashInfer nvcc JIT module (a ``JitSpec``): what replaces its silent build+load.
 
-In order, all under the module's lock (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
-
-1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 5;
-2. cold build only (no ``.so`` yet), the failure cache: this module already failed in this very environment
-   -> ``CachedBuildFailure`` at once;
-3. cold build only, pre-flight: the findings that doom any build of it (no libcuda, no nvcc, ...) ->
-   ``BuildFailed`` before the first compile, recorded in the failure cache;
-4. the build, through jitguard's supervised runner (memory budget, watchdog, OOM retry); a failure is
-   classified and recorded (unless its cause is transient: timeout, stall, interrupt, disk, lock);
-5. the exact GLIBCXX check of the ``.so`` against the libstdc++ this process runs with, BEFORE it is loaded
-   (and the caller's own ``verify``: a partial GDN module's symbol check, ``gdn_variants.verify_library``);
-6. the load (optional; the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
-
-With an artifact store (``JITGUARD_SHARE``, ``fleet.module_share``), a cold build first tries to fetch
-the module (before the failure cache and pre-flight: a host that cannot build may still fetch), and a library
-fetched for this very variant counts as up to date; after a build, the module is published when asked
-(``publish=URL``, or ``JITGUARD_SHARE_PUBLISH=1``). A store that fails is one warning and a local build.
-
-The facts are this process's (``boundary.process_facts``: the ones the engine plugins judge on, collected once
-within the pre-flight deadline), or an explicit ``env``'s.
-
-``flashinfer_hook`` calls ``build_spec`` from the patched ``JitSpec.build_and_load``; ``jitguard build
-flashinfer-gdn`` calls it with ``load=None``. Nothing here imports flashinfer: the spec is handed in.
+Under the module's lock: fetch from the store, the failure cache and pre-flight before a cold build, the
+supervised build (classified and recorded when it fails), the GLIBCXX check before the load, the outcome
+recorded (``build_spec``). Called by the FlashInfer hook and by ``jitguard build flashinfer-gdn``; nothing
+here imports flashinfer: the spec is handed in.
 """
 
 from __future__ import annotations
@@ -40,16 +21,26 @@ from typing import TYPE_CHECKING, Any, Literal
 from jitguard.boundary.process_facts import facts_for
 from jitguard.config import Settings, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
-from jitguard.findings.checks import JIT_BUILD_DOOM
+from jitguard.facts.build_identity import of_facts
+from jitguard.findings.catalog import make
+from jitguard.findings.checks import JIT_BUILD_DOOM, preflight
+from jitguard.findings.checks_toolchain import check_built_library
+from jitguard.findings.classify import classify
 from jitguard.findings.model import Finding
+from jitguard.fleet import module_share
+from jitguard.fleet.artifact_store import ArtifactKey
+from jitguard.fleet.module_share import Share, ShareOutcome, spec_variant
+from jitguard.fleet.signing import Trust
 from jitguard.ledger import tally
 from jitguard.locks.visible_lock import ModuleLock
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
+from jitguard.supervise.build_options import BuildOptions
+from jitguard.supervise.manifest import nothing_to_do
+from jitguard.supervise.runner import default_log_path, run_ninja
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.fleet.module_share import Share, ShareOutcome
-    from jitguard.supervise.runner import BuildOptions, BuildResult
+    from jitguard.supervise.build_options import BuildResult
 
 
 # Pre-flight codes that doom any FlashInfer nvcc build (compile or link) now; other pre-flight findings are
@@ -85,7 +76,19 @@ def build_spec(
     verify: Callable[[Path], None] | None = None,
     publish: str | None = None,
 ) -> BuiltModule:
-    """Build (if needed), check and optionally load one FlashInfer ``JitSpec``; see the module docstring.
+    """Build (if needed), check and optionally load one FlashInfer ``JitSpec``, under the module's lock
+    (``ModuleLock`` on FlashInfer's own lock file, with visible waits):
+
+    1. nothing to build (the ``.so`` exists and ``ninja -n`` has no work): go to 4;
+    2. cold build only: with a store (``fleet.module_share``), fetch the module first (a host that cannot build
+       may still fetch); then the failure cache (this module already failed in this very environment ->
+       ``CachedBuildFailure``) and pre-flight (what dooms any build of it -> ``BuildFailed``, recorded);
+    3. the build, through the supervised runner; a failure is classified and recorded unless its cause is
+       transient (timeout, stall, interrupt, disk, lock); published after a build when asked (``publish``,
+       ``JITGUARD_SHARE_PUBLISH=1``); a store that fails is one warning and a local build;
+    4. the exact GLIBCXX check of the ``.so`` against this process's libstdc++ BEFORE it is loaded;
+    5. the load (optional: the prebuild CLI builds on hosts that cannot load), and the outcome recorded.
+
     ``verify(so_path)`` runs after the checks and before the load (a partial GDN module's symbol check); what
     it raises propagates, nothing is recorded.
 
@@ -174,8 +177,6 @@ def _count(built: BuiltModule, so_path: Path, seconds: float) -> None:
 
 def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:
     """Publish the built library; never raises (the build itself stands whatever the store does)."""
-    from jitguard.fleet.module_share import ShareOutcome
-
     try:
         return _share(spec, url, settings, facts).publish({so_path.name: so_path})
     except Exception as exc:
@@ -183,10 +184,6 @@ def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Pat
 
 
 def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
-    from jitguard.facts.build_identity import of_facts
-    from jitguard.fleet.artifact_store import ArtifactKey
-    from jitguard.fleet.module_share import Share, spec_variant
-    from jitguard.fleet.signing import Trust
 
     key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
     return Share(url, key, settings.share_timeout, Trust.from_settings(settings))
@@ -197,8 +194,6 @@ def _fetched_here(
 ) -> bool:
     """True when the library in place came from the store for this variant: fetched now (a cold build with a
     store configured) or earlier (its marker still matches). Never raises: a fault means a local build."""
-    from jitguard.fleet import module_share
-
     try:
         if not cold:
             if not module_share.has_marker(so_path):
@@ -223,7 +218,6 @@ def check_before_build(
     cached = failures.get(module, facts.fingerprint, source_digest=source_digest)
     if cached is not None:
         raise CachedBuildFailure(cached.module, cached.findings, cached.log_path, ago=_ago(cached.age()))
-    from jitguard.findings.checks import preflight
 
     findings = preflight(facts, "flashinfer")
     blocking = [f for f in findings if f.blocking and blocks_build(module, f.code)]
@@ -271,8 +265,6 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
     """Stands in for ``flashinfer.jit.cpp_ext.run_ninja`` (FlashInfer's AOT ``build_jit_specs``, or a direct
     ``JitSpec.build``): the same ninja build, through jitguard's runner. ``verbose`` is FlashInfer's flag to
     echo ninja's output; the runner always keeps the full log and reports progress itself."""
-    from jitguard.supervise.runner import run_ninja
-
     settings = Settings.from_env()
     module = Path(workdir).name
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -288,8 +280,6 @@ def run_ninja_for_flashinfer(workdir: Path, ninja_file: Path, verbose: bool = Fa
 def default_options(settings: Settings, module: str) -> BuildOptions:
     """Build options from JITGUARD_* (and FlashInfer's MAX_JOBS, which a user may already rely on). The runner
     itself uses the per-job memory learned for ``module`` when JITGUARD_JOB_MEMORY is not set."""
-    from jitguard.supervise.runner import BuildOptions
-
     max_jobs = os.environ.get("MAX_JOBS", "")
     jobs = parse_jobs(max_jobs, name="MAX_JOBS") if max_jobs.strip() else None
     return BuildOptions.from_settings(settings, jobs=jobs, backend="flashinfer")
@@ -297,8 +287,6 @@ def default_options(settings: Settings, module: str) -> BuildOptions:
 
 def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
     """``ninja -n``: would a build of this ninja file run anything? True when it cannot tell."""
-    from jitguard.supervise.manifest import nothing_to_do
-
     ninja = shutil.which("ninja")
     if ninja is None or not ninja_file.exists():
         return True
@@ -306,8 +294,6 @@ def ninja_has_work(build_dir: Path, ninja_file: Path) -> bool:
 
 
 def new_log_path(cache_dir: Path, module: str) -> Path:
-    from jitguard.supervise.runner import default_log_path
-
     return default_log_path(cache_dir, module)
 
 
@@ -329,8 +315,6 @@ def _run_build(
 ) -> BuildResult:
     # The runner directly, never FlashInfer's ``JitSpec.build``: that calls whatever ``run_ninja`` its module
     # holds, which is stock FlashInfer (unbounded, unwatched) whenever the hook is not installed.
-    from jitguard.supervise.runner import run_ninja
-
     try:
         return run_ninja(
             Path(spec.build_dir),
@@ -352,7 +336,6 @@ def _check_library(
         raise BuildFailed(
             key.module, [_missing_library(key.module, so_path)], log_text, detail="no library after the build"
         )
-    from jitguard.findings.checks_toolchain import check_built_library
 
     findings = check_built_library(so_path, facts.libstdcxx)
     blocking = [f for f in findings if f.blocking]
@@ -372,8 +355,6 @@ def _load(key: _Key, so_path: Path, failures: FailureCache, load: Callable[[Path
     try:
         return load(so_path)
     except Exception as exc:
-        from jitguard.findings.classify import classify
-
         found = classify(str(exc), None)
         # Only a diagnosed cause is worth remembering; an unknown load error may be this process's state.
         if any(f.code != "build-failed" for f in found):
@@ -398,8 +379,6 @@ def _mtime(path: Path) -> int | None:
 
 
 def _missing_library(module: str, so_path: Path) -> Finding:
-    from jitguard.findings.catalog import make
-
     return make(
         "build-failed",
         backend="flashinfer",

@@ -1,25 +1,10 @@
 """Which module serves a FlashInfer GDN prefill call (nvcc era): one that holds the call's instance.
 
-FlashInfer's ``chunk_gated_delta_rule`` calls ``get_gdn_prefill_module().gdn_prefill(...)`` on every SM90
-call, and ``get_gdn_prefill_module`` (``functools.cache``) builds and loads the full module: every instance.
-``route(flashinfer.gdn_prefill)`` replaces that getter with one that returns a router with the same
-``gdn_prefill``. FlashInfer's own Python wrapper still validates, allocates and converts; only the library
-behind the call changes. Per call the router reads the instance FlashInfer's launcher would pick (q's dtype,
-``Hv > Hq``, which of beta/alpha/initial state are given, checkpointing) from the arguments and calls a module
-that holds it, found or made on first need, in this order:
-
-1. FlashInfer's full module when it is already there (flashinfer-jit-cache, the wheel's AOT dir, an earlier
-   full build): nothing to compile;
-2. a partial module in FlashInfer's cache that holds the instance (``jitguard build flashinfer-gdn --model``);
-3. a new partial module: the expected set (``expect``: the model config, before the first call) when it holds
-   the instance, else the instance alone. Logged, built by ``gdn_variants.build_variant_module``: the module
-   lock (ranks share one build), the failure cache, the supervised runner.
-
-Never worse than FlashInfer's own path (docs/failsafe.md): a call it cannot read (another dtype, an unknown
-signature) goes to the full module; a partial build that fails with a compile error jitguard cannot name
-(``decision.gdn_variants.falls_back_to_full``) or with a fault of jitguard's (sources not as expected, the
-symbol check) gives way to the full module with one warning; a verdict about the machine (no libcuda, out of
-memory, a timeout, a cached failure of that kind, a lock wait given up) propagates as the full build's would.
+``route`` replaces ``get_gdn_prefill_module`` (which builds every instance) with a router that reads each
+call's instance from its arguments and calls, in order: FlashInfer's full module when it is already there, a
+partial module in FlashInfer's cache that holds it, or a new one (the model's expected set, else the instance
+alone). Never worse than FlashInfer's own path: what it cannot read or build for a reason of its own goes
+to the full module; a verdict about the machine propagates as the full build's would (docs/gdn_variants.md).
 """
 
 from __future__ import annotations
@@ -34,6 +19,7 @@ from typing import Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
+from jitguard.config import Settings, read
 from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.decision.gdn_variants import (
     FULL_MODULE,
@@ -44,8 +30,9 @@ from jitguard.decision.gdn_variants import (
     family_for,
     plan_for,
 )
-from jitguard.errors import BuildFailed
+from jitguard.errors import BuildFailed, ConfigError
 from jitguard.facts.flashinfer import installed_version
+from jitguard.flashinfer_jit.gdn_variants import build_variant_module, find_built, load_built
 
 log = logging.getLogger("jitguard")
 GETTER = "get_gdn_prefill_module"
@@ -257,8 +244,6 @@ def route(gdn_prefill: ModuleType) -> bool:
     nothing, when the variants are off (``JITGUARD_DISABLE=1``, ``JITGUARD_GDN_VARIANTS=all``), this FlashInfer
     has no per-variant instances (not 0.6.3 - 0.6.13), or its getter is not there. Raises ConfigError for a
     malformed JITGUARD_* setting."""
-    from jitguard.config import Settings
-
     with _lock:
         if patches.is_wrapped(gdn_prefill, GETTER):
             return True
@@ -302,8 +287,6 @@ def is_routed(gdn_prefill: ModuleType) -> bool:
 
 
 def _disabled_now() -> bool:
-    from jitguard.config import read
-    from jitguard.errors import ConfigError
 
     try:
         return bool(read("JITGUARD_DISABLE"))
@@ -330,14 +313,10 @@ def _full_module_exists() -> bool:
 
 
 def _find_built(version: str, variant: GdnVariant) -> VariantPlan | None:
-    from jitguard.flashinfer_jit.gdn_variants import find_built
-
     return find_built(_jit_dir(), version, variant)
 
 
 def _build_and_load(plan: VariantPlan) -> Kernel:
-    from jitguard.flashinfer_jit.gdn_variants import build_variant_module, load_built
-
     if os.environ.get("FLASHINFER_DISABLE_JIT"):
         # No compiling allowed: a prebuilt partial module may still be loaded (checked first); else
         # FlashInfer's own path answers (its MissingJITCacheError).

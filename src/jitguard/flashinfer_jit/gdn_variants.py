@@ -1,23 +1,10 @@
 """Build FlashInfer's GDN prefill module from only the instances a plan names (nvcc era, 0.6.3 - 0.6.13).
 
-FlashInfer's dispatch unit (``prefill_kernel_delta_rule_sm90.cu``) calls every instance of
-``flat::launch_delta_rule_prefill_kernel_gbai``, so linking it with fewer instance objects gives a library
-with undefined symbols: ``-shared`` links it, the loader binds functions lazily, and the first call of a
-missing instance kills the process ("symbol lookup error"). So a partial module is:
-
-- FlashInfer's own instance files for the planned variants (rendered by FlashInfer's generator, unchanged);
-- FlashInfer's launcher (``gdn_prefill_launcher.cu``, unchanged: the same checks and the same entry point);
-- a copy of FlashInfer's dispatch unit whose ``LAUNCH`` macro calls ``jitguard_routed_gbai`` instead: a
-  wrapper that calls the instance only when it is in the plan (``if constexpr``, so no other instance is even
-  referenced) and throws ``std::runtime_error`` otherwise (TVM-FFI turns that into a Python exception);
-
-built under its own name (``decision.gdn_variants.module_name``), with FlashInfer's flags, through
-``build_spec`` (lock, failure cache, supervised runner), and refused before it is loaded if its dynamic
-symbol table still lacks any instance (``verify_library``). The router (``gdn_router``) calls it only for the
-variants it holds; the throw is the second line of defence, never the plan.
-
-``dispatch_source`` is pure (text in, text out) and checks the source is the one it knows; anything else
-raises ``VariantSourceError`` and the caller takes FlashInfer's full module.
+FlashInfer's dispatch unit calls every instance, so fewer instance objects leave undefined symbols that kill
+the process at the first call of a missing one. A partial module is FlashInfer's own instance files and
+launcher plus a copy of the dispatch unit whose ``LAUNCH`` calls only planned instances and throws otherwise;
+built through ``build_spec`` and refused before loading if a planned symbol is missing (``verify_library``).
+``dispatch_source`` checks the source is the one it knows, else ``VariantSourceError`` (docs/gdn_variants.md).
 """
 
 from __future__ import annotations
@@ -41,11 +28,12 @@ from jitguard.decision.gdn_variants import (
     parse_variant,
     plan_for,
 )
+from jitguard.facts.elf import symbols
 from jitguard.fileio import read_json, write_json
 
 if TYPE_CHECKING:
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
 MANIFEST = "jitguard_variants.json"  # beside the partial module's build.ninja: what it holds
 MANIFEST_SCHEMA = "jitguard.gdn-variants/1"
@@ -285,7 +273,6 @@ def verify_library(so_path: Path, plan: VariantPlan) -> None:
     the first call of that instance. Raises ``IncompleteModule`` (a jitguard fault: take the full module)."""
     if not plan.partial:
         return
-    from jitguard.facts.elf import symbols
 
     _, undefined = symbols(so_path, containing=INSTANCE_SYMBOL)
     if undefined:
@@ -307,6 +294,7 @@ def build_variant_module(
     own lock and failure-cache entry), verify and optionally load the plan's module. Raises ``BuildFailed``
     and its kin like ``build_spec``, and ``VariantSourceError``/``IncompleteModule`` when the partial module
     cannot be made safely."""
+    # lazy: the build stage loads when a partial module is built, not with the router
     from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
     spec = spec if spec is not None else prepare_spec(plan)

@@ -18,12 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitguard.errors import BuildFailed
+from jitguard.facts.elf import ElfReadError, dynamic_info
+from jitguard.facts.libcuda import link_flags
 from jitguard.findings.catalog import make
+from jitguard.findings.checks_toolchain import check_built_library
+from jitguard.findings.classify import classify
 from jitguard.findings.model import Finding
+from jitguard.supervise.runner import run_ninja
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
 MODULE = "jitguard_compile_probe"
 _OBJECT = "probe.cuda.o"
@@ -128,8 +133,6 @@ class _Project:
 
 def write_project(directory: Path, facts: Facts, arch: str) -> _Project:
     """The probe's source and build.ninja in ``directory``, and the two commands it runs."""
-    from jitguard.facts.libcuda import link_flags
-
     tc, link = facts.toolchain, facts.link
     cuda_home = tc.cuda_home or "/usr/local/cuda"
     directory.mkdir(parents=True, exist_ok=True)
@@ -179,8 +182,6 @@ def run_probe(facts: Facts, options: BuildOptions, *, directory: Path | None = N
 
 
 def _build_check_load(facts: Facts, options: BuildOptions, workdir: Path, start: float) -> ProbeResult:
-    from jitguard.supervise.runner import run_ninja
-
     arch = probe_arch(facts)
     project = write_project(workdir, facts, arch)
     base: dict[str, Any] = {
@@ -247,8 +248,6 @@ def _build_check_load(facts: Facts, options: BuildOptions, workdir: Path, start:
 
 def _check_and_load(so: Path, facts: Facts, log_path: str) -> tuple[list[Finding], ProbeStep, ProbeStep]:
     """The exact GLIBCXX check, then (with a driver, and only when the check passed) a real load."""
-    from jitguard.findings.checks_toolchain import check_built_library
-
     found = list(check_built_library(so, facts.libstdcxx))
     blocking = [f for f in found if f.blocking]
     if blocking:
@@ -261,7 +260,6 @@ def _check_and_load(so: Path, facts: Facts, log_path: str) -> tuple[list[Finding
     failure = _load_in_subprocess(so)
     if failure is None:
         return found, check, ProbeStep("load", "done", "loaded in a fresh process")
-    from jitguard.findings.classify import classify
 
     lines = [line.strip() for line in failure.splitlines() if line.strip()]
     error = lines[-1] if lines else "the loader failed"  # the exception's own line ends the traceback
@@ -274,8 +272,6 @@ def _check_and_load(so: Path, facts: Facts, log_path: str) -> tuple[list[Finding
 
 def _library(so: Path) -> tuple[int | None, tuple[str, ...]]:
     """The library's size and DT_NEEDED entries (empty when it cannot be read as ELF)."""
-    from jitguard.facts.elf import ElfReadError, dynamic_info
-
     try:
         size = so.stat().st_size
     except OSError:

@@ -1,30 +1,9 @@
 """The artifact store: built modules shared between hosts through a store named by URL (fsspec).
 
-One host builds a module and publishes it; every other host with the same build identity and the same
-variant fetches it instead of compiling. The URL is anything fsspec opens: ``file:///shared/jitguard`` (a
-shared filesystem: fsspec alone), ``s3://bucket/prefix`` (s3fs: jitguard's ``s3`` extra),
-``gs://bucket/prefix`` (gcsfs). fsspec and its backends are imported only when a store is used.
-
-Layout under the URL::
-
-    v1/blobs/<sha256>                                      the bytes of one file, named by their digest
-    v1/modules/<module>/<build fingerprint>-<variant>.json  the manifest: which files, their sizes and digests
-
-The blob and document primitives, and the session they run in, are ``fleet.store``'s; this module keeps
-modules. Publishing uploads the blobs first and the manifest last, so a manifest is only ever seen complete (on a
-local filesystem each file is written under a temporary name and renamed; an object store's PUT is atomic).
-
-**Trust.** A fetched file is used only if its size and SHA-256 match the manifest, and it is installed by
-rename, so a torn upload, a truncated download or a corrupted blob is never loaded. The manifest comes from
-the store itself, though: whoever can write the store can publish a manifest and a matching library, and a
-fetched library is loaded into every process that uses it. Anyone who can write the store can run code on
-every host that fetches from it; give write access to the build hosts only (docs/fleet.md).
-
-**Fail-safe.** Every operation runs under a deadline (``timeout``): a store that does not answer (a hung
-network filesystem, an unreachable endpoint) is given up on, never waited for. Faults raise ``StoreUnavailable``
-(no store, no fsspec, no answer) or ``ArtifactRejected`` (a manifest or file that does not check out); the
-callers (``fleet.module_share``) turn both into one warning and a local build. A key that is simply not in
-the store is a miss (``None``), which is normal for the first host.
+Modules are kept as ``v1/modules/<module>/<build fingerprint>-<variant>.json`` manifests over the blobs of
+``fleet.store``, published blobs first and manifest last. A fetched file is used only if its size and SHA-256
+match and is installed by rename; whoever can write the store can run code on every host that fetches
+(docs/fleet.md). Faults raise ``StoreUnavailable`` or ``ArtifactRejected``; a key not there is ``None``.
 """
 
 from __future__ import annotations
@@ -43,15 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
-from jitguard import __version__, fileio
+from jitguard import fileio
+from jitguard.fleet.signing import Trust
 from jitguard.fleet.store import (
     ArtifactRejected,
     StoreUnavailable,
     StoreView,
     describe_url,
 )
-
-__all__ = ["ArtifactRejected", "StoreUnavailable", "StoreView", "describe_url"]
+from jitguard.version import __version__
 
 SCHEMA = "jitguard.artifact/1"
 LAYOUT = "v1"
@@ -60,7 +39,7 @@ MAX_FILE_BYTES = 16 * 1024**3
 _KEY_PART = re.compile(r"[A-Za-z0-9_.+-]{1,120}")  # fullmatch: no trailing newline slips through
 
 if TYPE_CHECKING:
-    from jitguard.fleet.signing import Seal, Trust
+    from jitguard.fleet.signing import Seal
 
 T = TypeVar("T")
 
@@ -203,8 +182,6 @@ class ArtifactStore:
     def trust(self) -> Trust:
         """How manifests are signed and checked. Raises SigningError for trusted keys that cannot be used."""
         if self._trust is None:
-            from jitguard.fleet.signing import Trust
-
             self._trust = Trust.from_env()
         return self._trust
 

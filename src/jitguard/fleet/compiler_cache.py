@@ -1,35 +1,10 @@
 """The compiler cache of supervised builds: every nvcc / c++ compile through sccache, with its own backend.
 
-sccache keeps compiled objects in a store of the user's choosing (local disk, Redis, S3, GCS, ...: configured
-with sccache's own ``SCCACHE_*`` variables, which jitguard passes through untouched), so a second host building
-the same module gets most objects from the cache instead of compiling them. It is on when
-``JITGUARD_COMPILER_CACHE=sccache``, or by default (``auto``) when the user already configured an sccache
-backend (one of ``BACKEND_VARIABLES`` is set); ``off`` never uses it.
-
-How it fits the supervised build:
-
-- **One sccache server per attempt, inside the build's process tree.** The launcher of the first compile
-  starts it (``sccache --start-server`` on a private Unix socket, before it takes a compile slot); sccache
-  daemonizes, and the keeper, a child subreaper, adopts it: the server and the compilers it runs are in the
-  attempt's cgroup, counted in its memory and CPU (the stall watchdog sees them), and killed with the tree on
-  timeout, interrupt or at the end of the attempt. Its counters start at zero, so they are this build's hits
-  and misses, whatever other builds on the host do.
-- **The memory budget holds.** The launcher takes its host-wide slot after the server is up and holds it while
-  the sccache client waits for its compile; the slot's file is not handed to sccache (a server started by a
-  client would inherit it and keep the slot for the whole build). A hit holds the slot only for the lookup,
-  which for nvcc means preprocessing the file (2-3 s for a FlashInfer RoPE file on the 2-core build machine,
-  against 9-21 s to compile it: ``benchmarks/results/fleet.md``) with the preprocessor's memory, not cicc's;
-  sccache's protocol has no way to look up without compiling on a miss, so the slot is taken first.
-- **Stats per build.** After its compile, each launcher asks the server for its counters
-  (``sccache --show-stats --stats-format json``) and keeps the snapshot with the most compile requests; the
-  last one to finish has seen every compile. The runner reads it after the attempt (``Session``).
-- **Fail-safe.** A missing or broken sccache, or a server that cannot start (sccache gives up after 10 s when
-  its backend is unreachable), means the compiles of that attempt run plainly: the first launcher leaves the
-  reason in the attempt's directory, the others read it and do not try again, and the runner says it once.
-  ``SCCACHE_IGNORE_SERVER_IO_ERROR=1`` makes a client that loses its server compile locally as well.
-
-This module is the runner's half (choosing, the build's session, its stats); the launcher's half, which runs
-once per compile command, is ``fleet.compiler_cache_launch``.
+On with ``JITGUARD_COMPILER_CACHE=sccache``, or by default (``auto``) when an sccache backend is configured
+(``BACKEND_VARIABLES``). One sccache server per attempt, inside the build's process tree (killed with it,
+counters for this build only); the compile slot is held while a client waits and never handed to it; a
+sccache that cannot start means plain compiles, said once (docs/fleet.md). This is the runner's half; the
+launcher's is ``fleet.compiler_cache_launch``.
 """
 
 from __future__ import annotations

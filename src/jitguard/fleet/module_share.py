@@ -1,21 +1,9 @@
 """Fetch before building, publish after: a module's build shared by the fleet through the artifact store.
 
-``Share`` ties one module build to a store (``fleet.artifact_store``): its key is the module name, the build
-identity of this environment (``facts.build_identity``) and the variant being built, a digest of what is
-compiled that does not depend on where it lies (file names and bytes of the sources, the flags, the manifest
-with the build directory taken out), so two hosts with different workspaces agree.
-
-- ``fetch`` installs the published files into the build directory (verified, by rename) and leaves a marker
-  beside each (``<file>.jitguard-fetched.json``: the variant, the size and mtime it was installed with). The
-  objects of the build are not shared, so ``ninja -n`` would want to rebuild everything; ``is_fetched`` lets
-  the build stage see that the library in place is the fetched one for this very variant and needs nothing.
-  A later local build rewrites the file, and the marker no longer matches.
-- ``publish`` uploads the files under the key.
-
-Never raises: a store that is missing, unreachable, slow (``JITGUARD_SHARE_TIMEOUT``) or holds something that
-does not check out is one warning (logger ``jitguard.share``) and a local build. A store that failed is not
-asked again by this process for ``_DOWN_FOR_S`` seconds, so an engine loading dozens of modules waits for
-it at most once.
+``Share`` keys one build by module, build identity and a path-free digest of what is compiled, so hosts with
+different workspaces agree; ``fetch`` installs the files and a marker that lets the build stage take the
+fetched library as up to date (``is_fetched``), ``publish`` uploads them. Never raises: a store that fails is
+one warning and a local build, and is not asked again for ``_DOWN_FOR_S`` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.fileio import write_json
 from jitguard.fleet.artifact_store import (
     ArtifactKey,
     ArtifactRejected,
@@ -40,6 +29,7 @@ from jitguard.fleet.artifact_store import (
     StoreUnavailable,
     describe_url,
 )
+from jitguard.fleet.signing import SignatureRefused, SigningError
 
 if TYPE_CHECKING:
     from jitguard.fleet.signing import Trust
@@ -159,8 +149,6 @@ def _skip(url: str, operation: str) -> ShareOutcome | None:
 
 
 def _failed(url: str, module: str, what: str, exc: BaseException) -> ShareOutcome:
-    from jitguard.fleet.signing import SignatureRefused, SigningError
-
     reason = str(exc) or type(exc).__name__
     if isinstance(exc, SignatureRefused):
         log.warning(
@@ -244,8 +232,6 @@ def forget_fetched(paths: Iterable[Path]) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from jitguard.fileio import write_json
-
     write_json(path, data)
 
 

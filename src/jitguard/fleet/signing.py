@@ -1,19 +1,10 @@
 """Signed store documents: who published a manifest, checked offline against the keys a reader trusts (the
-Nix binary-cache model: the publisher signs, every reader lists its trusted public keys).
+Nix binary-cache model).
 
-- **Keys** are ed25519 (PyCA ``cryptography``). A private key is a PKCS#8 PEM file that only its owner can
-  read (``JITGUARD_SIGNING_KEY``; checked like ssh checks an identity file). A public key is one line of text,
-  ``jitguard-ed25519:<key id>:<64 hex digits>``, the key id being the first 16 hex digits of the key's SHA-256:
-  pasteable into an environment variable, and hex so that no redaction of random-looking text hides it.
-- **One signed document**: the signature travels inside the document it signs, written in one atomic write
-  (``{"schema": "jitguard.signed/1", "key": <id>, "signature": <base64>, "body": <the exact bytes, as a
-  string>}``), so no reader ever sees a manifest and a signature from two different saves. The signature
-  covers a domain prefix, the document's name in the store and the body's bytes: a manifest signed for one
-  stack, arch or module cannot be replayed under another name.
-- **Readers** with trusted keys (``JITGUARD_TRUSTED_KEYS``; several, for rotation) refuse a document that is
-  unsigned, signed by another key, or whose signature does not verify (``SignatureRefused``, a kind of
-  ``ArtifactRejected``: the caller makes it one warning and a local compile). Readers without trusted keys
-  accept every document, signed or not, and say who signed it (``Seal``).
+ed25519 keys (``JITGUARD_SIGNING_KEY``, a private PEM only its owner reads; public keys as one line,
+``jitguard-ed25519:<key id>:<hex>``). The signature travels inside the document (``jitguard.signed/1``) and
+covers its name in the store, so it cannot be replayed elsewhere. Readers with ``JITGUARD_TRUSTED_KEYS``
+refuse what is not signed by one of them (``SignatureRefused``); readers without accept all (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -29,14 +20,12 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jitguard import fileio
+from jitguard.config import Settings
 from jitguard.errors import UsageError
 from jitguard.fleet.store import ArtifactRejected
-
-if TYPE_CHECKING:
-    from jitguard.config import Settings
 
 SCHEMA = "jitguard.signed/1"
 KEY_TYPE = "jitguard-ed25519"
@@ -164,8 +153,6 @@ class Trust:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Trust:
-        from jitguard.config import Settings
-
         return cls.from_settings(Settings.from_env(env))
 
     @property

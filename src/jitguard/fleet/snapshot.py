@@ -1,19 +1,10 @@
 """A warm snapshot: every file of an engine start's JIT caches, named by content, for one software stack and
-GPU arch.
+GPU arch (``StackKey``).
 
-``scan`` walks each cache layer (``facts.jit_caches``) without following a link and records each regular file
-(path relative to its layer, size, sha256, mode); ``Snapshot`` is that record and its JSON form (the manifest
-``jitguard.warm/1``), and ``Snapshot.from_json`` refuses anything a restore must not act on (a path that is
-absolute, climbs out with ``..``, or names a file twice; an impossible size; a digest that is not one).
-
-What is left out, by rule: links and anything not a regular file; locks, temporary and partial files; and
-FlashInfer's nvcc build trees (a directory holding ``build.ninja``): ninja decides those by its own logs and
-mtimes, which no copy keeps valid, so they travel as whole modules through the module store
-(``fleet.module_share``). Triton's ``__grp__*.json`` files name their kernels by absolute path: they are kept
-as they are, marked ``relocate: "triton-group"``, and rewritten for the restoring host's root on restore.
-
-``StackKey``: the distributions whose versions decide what the caches hold, the Python ABI, the machine and
-the GPU arch. A snapshot is only ever restored into the stack and arch it was saved from.
+``scan`` records each regular file of each cache layer without following a link; ``Snapshot.from_json``
+refuses what a restore must not act on (absolute or climbing paths, duplicates, bad sizes or digests). Links,
+locks, partial files and FlashInfer's nvcc build trees are left out (those travel as modules); Triton's
+group files are rewritten for the restoring host (docs/fleet.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Save an engine start's JIT caches to the artifact store, and restore them on a new host before the engine
 needs them.
 
-Store layout (beside the modules of ``fleet.artifact_store``, sharing its blobs)::
-
-    v1/blobs/<sha256>                                   one file's bytes: a file in two snapshots is stored once
-    v1/warm/<stack digest>/<arch>/<name>.json           the snapshot manifest (``fleet.snapshot``)
-
-``save`` publishes only what is this host's own (``snapshot.read_layer``): each file opened once, checked on
-its descriptor, and what is uploaded is exactly what was hashed; the manifest goes last, so it is only ever
-seen complete. ``restore`` lands each file verified, one directory at a time (descriptors grow with depth,
-not file count), by ``link`` (never replacing anything), Triton's group files last and only once every
-kernel they name is here. A blob that fails its digest costs only its file (an integrity event, apart from a
-store that is down); a full disk rolls its layer back (every layer whole or absent); a store that fails or
-hangs raises ``WarmUnavailable``, and what landed before it is verified and complete.
+``save`` publishes only this host's own files, each opened once and uploaded as hashed, the manifest
+(``v1/warm/<stack>/<arch>/<name>.json``) last. ``restore`` lands each file verified, by ``link``: a bad blob
+costs its file, a full disk rolls its layer back, a store that fails raises ``WarmUnavailable`` (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -31,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from jitguard import __version__, fileio
+from jitguard import fileio
 from jitguard.facts.jit_caches import CacheLayer
-from jitguard.fleet.artifact_store import ArtifactRejected, ArtifactStore, StoreUnavailable, StoreView
+from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import SignatureRefused
 from jitguard.fleet.snapshot import (
     MAX_MANIFEST_BYTES,
@@ -47,6 +38,8 @@ from jitguard.fleet.snapshot import (
     read_layer,
     relocate_triton_group,
 )
+from jitguard.fleet.store import ArtifactRejected, StoreUnavailable, StoreView
+from jitguard.version import __version__
 
 _DIR_MODE = 0o700
 _FETCH = ".fetch"

@@ -27,10 +27,12 @@ from typing import Any
 from jitguard import fileio
 from jitguard.config import Settings, format_bytes
 from jitguard.errors import LockTimeout, LockUnavailable
+from jitguard.facts import gpu
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
-from jitguard.fleet.artifact_store import ArtifactStore, describe_url
+from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, layer_root, listing, stack_key
+from jitguard.fleet.store import describe_url
 from jitguard.fleet.warm import (
     NothingToSave,
     Restored,
@@ -75,7 +77,6 @@ def host_arch(settings: Settings) -> str | None:
     initialised). None when there is no GPU to ask."""
     if settings.warm_arch:
         return arch_of(settings.warm_arch)
-    from jitguard.facts import gpu
 
     capabilities = gpu.probe(os.environ).capabilities
     return arch_of(capabilities[0]) if capabilities else None

@@ -17,9 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard.config import Settings
 from jitguard.decision.gdn import BackendStatus
+from jitguard.facts import collect
 from jitguard.findings.catalog import make
+from jitguard.findings.checks import preflight as run_checks
 from jitguard.findings.model import Finding
+from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -57,16 +61,12 @@ class Environment:
     @property
     def cache_dir(self) -> Path:
         if self._cache_dir is None:
-            from jitguard.config import Settings
-
             self._cache_dir = Settings.from_env().cache_dir
         return self._cache_dir
 
     def facts(self) -> Facts:
         with self._lock:
             if self._facts is None:
-                from jitguard.facts import collect
-
                 self._facts = collect(cache_dir=self.cache_dir)
             return self._facts
 
@@ -83,8 +83,6 @@ class Environment:
         """The pre-flight checks' findings for this backend on this process's facts."""
 
         def run() -> list[Finding]:
-            from jitguard.findings.checks import preflight as run_checks
-
             return list(run_checks(self.facts(), backend.NAME))
 
         return guarded(backend.NAME, backend.TITLE, run)
@@ -143,6 +141,4 @@ class Environment:
 
 
 def _failure_cache(cache_dir: Path) -> Any:
-    from jitguard.state.failure_cache import FailureCache, ttl_from_env
-
     return FailureCache(cache_dir, ttl=ttl_from_env())

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jitguard.config import Settings
 from jitguard.decision import gdn as decision
 from jitguard.decision.gdn import OP, QWEN35_SPEC, Assessment, BackendStatus, CallSpec, Decision, TraceEntry
 from jitguard.errors import BackendUnavailable, JitguardError, UsageError
@@ -22,6 +23,7 @@ from jitguard.findings.classify import classify_exception
 from jitguard.findings.model import Finding
 from jitguard.gdn.backend_statuses import Environment
 from jitguard.gdn.backends import GdnBackend, default_backends
+from jitguard.gdn.validate import check_backend_name
 from jitguard.report.text import render_explain
 
 if TYPE_CHECKING:
@@ -66,8 +68,6 @@ class Dispatcher:
         if backend != "auto":
             return backend, "argument"
         if self._setting is None:
-            from jitguard.config import Settings
-
             chosen = Settings.from_env().gdn_backend
             self._setting = (chosen, "JITGUARD_GDN_BACKEND") if chosen != "auto" else ("auto", "default")
         return self._setting
@@ -81,8 +81,6 @@ class Dispatcher:
         environment is checked, the torch backend's too."""
         requested, source = self.requested(backend)
         if requested != "auto" and requested not in self.backends:
-            from jitguard.gdn.validate import check_backend_name
-
             check_backend_name(requested)
             raise UsageError(f"backend {requested!r} is not registered with this dispatcher")
         named = requested if requested != "auto" else None
@@ -282,8 +280,6 @@ def backend_status(name: str, *, facts: Facts | None = None) -> BackendStatus:
     first use in this process. With ``facts`` given, those facts are used instead of this process's."""
     d = dispatcher()
     if name not in d.backends:
-        from jitguard.gdn.validate import check_backend_name
-
         check_backend_name(name)
     b = d.backends[name]
     env = d.environment if facts is None else Environment(facts=facts, cache_dir=d.environment.cache_dir)
@@ -297,8 +293,6 @@ def backend_status(name: str, *, facts: Facts | None = None) -> BackendStatus:
 def resolve(requested: str = "auto", spec: CallSpec | None = None, *, facts: Facts | None = None) -> Decision:
     """Decide (without running anything) which backend a call of ``spec`` (default: a Qwen3.5 layer on CUDA,
     bf16) would use. A named backend that cannot run raises ``BackendUnavailable``."""
-    from jitguard.gdn.validate import check_backend_name
-
     requested = check_backend_name(requested)
     return _with_facts(facts).decide(requested, spec or QWEN35_SPEC, without_a_call=True)
 

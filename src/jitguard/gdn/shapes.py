@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jitguard.gdn.api import chunk_gated_delta_rule
+
 if TYPE_CHECKING:
     import torch
 
@@ -59,8 +61,6 @@ class GdnInputs:
 
     def run(self, *, backend: str = "auto", use_qk_l2norm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The public op on these inputs, final state returned."""
-        from jitguard.gdn.api import chunk_gated_delta_rule
-
         o, state = chunk_gated_delta_rule(
             self.q,
             self.k,

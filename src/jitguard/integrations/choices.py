@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from jitguard.boundary.failsafe import AlreadyReported, report_fault
 from jitguard.boundary.process_facts import ProcessFacts, process_facts
+from jitguard.config import Settings
 from jitguard.decision.engine import (
     BUILD_DOOM,
     CACHED_FAILURE,
@@ -38,6 +39,10 @@ from jitguard.decision.engine import (
 )
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
 from jitguard.findings.catalog import make
+from jitguard.findings.checks import jit_preflight
+from jitguard.findings.checks_arch import for_choice
+from jitguard.findings.checks_packages import jit_cache_install_command
+from jitguard.findings.checks_toolchain import check_built_library
 from jitguard.findings.model import Finding
 from jitguard.ledger import tally
 
@@ -54,7 +59,7 @@ GdnProvider = Callable[[], BackendStatus]
 def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = None) -> list[Finding]:
     """``flashinfer-cached-failure`` for each module of ``choice`` that failed to build or load in this same
     environment (the build hook records every FlashInfer module it saw fail, by FlashInfer's name)."""
-    from jitguard.config import Settings
+    # lazy: under the guard's shield where it runs, not with the plugins' import
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     cache = FailureCache(cache_dir or Settings.from_env().cache_dir, ttl=ttl_from_env())
@@ -87,6 +92,7 @@ def gdn_status(facts: Facts) -> BackendStatus:
     """FlashInfer GDN prefill here: the GDN op's status plus the recorded failures of FlashInfer's own GDN
     modules (``gdn_prefill_sm90``, recorded by the build hook when a build in an engine failed). What every
     GDN choice (vLLM's GDN prefill, SGLang's phases) starts from."""
+    # lazy: the GDN op loads when the engine asks for its status, not with the plugins' import
     from jitguard.gdn.dispatch import backend_status
 
     status = backend_status("flashinfer", facts=facts)
@@ -101,10 +107,8 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
         base = gdn if gdn is not None else gdn_status(facts)
         return assess(choice, base.findings, in_process=_in_process(facts))
     known = recorded_failures(facts, choice)
+    # lazy: under the guard's shield where it runs, not with the plugins' import
     from jitguard.facts.flashinfer_modules import prebuilt
-    from jitguard.findings.checks import jit_preflight
-    from jitguard.findings.checks_arch import for_choice
-    from jitguard.findings.checks_toolchain import check_built_library
 
     fi = facts.flashinfer
     built = prebuilt(fi, choice.modules)
@@ -134,8 +138,8 @@ def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None)
 def _cubin_without_modules(facts: Facts) -> list[Finding]:
     """Why flashinfer-cubin does not make a choice work where its modules cannot be built: it holds kernel
     binaries, no module (``facts.flashinfer_modules.cubin_kernels``)."""
+    # lazy: under the guard's shield where it runs, not with the plugins' import
     from jitguard.facts.flashinfer_modules import cubin_kernels
-    from jitguard.findings.checks_packages import jit_cache_install_command
 
     fi = facts.flashinfer
     kernels = cubin_kernels(fi)
@@ -399,6 +403,7 @@ class ChoiceGuard:
         if "triton" in self._announced:
             return
         self._announced.add("triton")
+        # lazy: under the guard's shield where it runs, not with the plugins' import
         from jitguard.integrations.triton_jit import warn_if_blocked
 
         try:

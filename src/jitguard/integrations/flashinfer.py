@@ -39,6 +39,7 @@ from typing import Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.config import Settings
+from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC, era_of
 from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.hook")
@@ -88,11 +89,13 @@ def uninstall() -> None:
         _patched.clear()
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
+            # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
             from jitguard.flashinfer_jit.gdn_router import unroute
 
             unroute(gdn)
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
+            # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
             from jitguard.flashinfer_jit import cutedsl_cache
 
             cutedsl_cache.unroute(compile_cache)
@@ -109,7 +112,6 @@ def is_active() -> bool:
 def supported_version(version: str | None) -> bool:
     if version is None:
         return False
-    from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC, era_of
 
     return era_of(version)[0] in (ERA_NVCC, ERA_CUTEDSL)
 
@@ -166,6 +168,7 @@ def _guarded_build_and_load(original: Any) -> Any:
             # FlashInfer's JIT is disabled (it raises its own MissingJITCacheError, which callers expect).
             if Settings.from_env().disabled or self.is_aot or os.environ.get("FLASHINFER_DISABLE_JIT"):
                 return _STOCK
+            # lazy: the build stage loads when FlashInfer builds, not with the hook
             from jitguard.flashinfer_jit.flashinfer_build import build_spec
 
             return build_spec(self, load=self.load).loaded
@@ -193,6 +196,7 @@ def _guarded_run_ninja(original: Any) -> Any:
         def supervised() -> Any:
             if Settings.from_env().disabled or args or kwargs:
                 return _STOCK
+            # lazy: the build stage loads when FlashInfer builds, not with the hook
             from jitguard.flashinfer_jit.flashinfer_build import run_ninja_for_flashinfer
 
             run_ninja_for_flashinfer(workdir, ninja_file, verbose)
@@ -228,6 +232,7 @@ def _on_import(module: ModuleType) -> None:
 
 def _route_gdn(module: ModuleType) -> bool:
     def route() -> bool:
+        # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
         from jitguard.flashinfer_jit.gdn_router import route
 
         return route(module)
@@ -239,6 +244,7 @@ def _route_gdn(module: ModuleType) -> bool:
 
 def _route_cutedsl(module: ModuleType) -> bool:
     def route() -> bool:
+        # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
         from jitguard.flashinfer_jit import cutedsl_cache
 
         return cutedsl_cache.route(module)
@@ -255,8 +261,11 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
+    # lazy: the variant plan loads with a model config, not with the hook
     from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
     from jitguard.decision.gdn_variants import VariantError, family_for
+
+    # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
     from jitguard.flashinfer_jit.gdn_router import expect
 
     settings = Settings.from_env()

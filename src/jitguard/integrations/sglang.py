@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
+from jitguard.boundary.process_facts import collect_here
+from jitguard.config import Settings
 from jitguard.decision.sglang import (
     BASE,
     FLASHINFER,
@@ -59,8 +61,8 @@ from jitguard.decision.sglang import (
     request_of,
 )
 from jitguard.errors import ConfigError
-from jitguard.integrations import IMPORT_STARTED
-from jitguard.integrations.choices import Ask, ChoiceGuard
+from jitguard.integrations import IMPORT_STARTED, sglang_ready, start_ledger
+from jitguard.integrations.choices import Ask, ChoiceGuard, gdn_status, status_of
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -254,7 +256,6 @@ def _register(facts: Facts | None) -> bool:
     global _layout
     if not sglang_installed():
         return False
-    from jitguard.config import Settings
 
     if Settings.from_env().disabled:
         return False
@@ -275,11 +276,12 @@ def _register(facts: Facts | None) -> bool:
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
-        import jitguard
+        # lazy: inside register()'s shield: a hook that cannot be imported leaves the plugin without it
+        from jitguard.integrations.flashinfer import install
 
-        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
+        log.debug("jitguard: FlashInfer JIT build hook %s", "active" if install() else "not active")
+    # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
-    from jitguard.integrations import sglang_ready, start_ledger
 
     start_ledger.begin("sglang", import_s=_IMPORT_S)
     sglang_ready.watch()
@@ -320,8 +322,6 @@ def describe_choices(*, facts: Facts | None = None) -> list[dict[str, Any]]:
     """SGLang's linear-attention choices here, one row per phase: the option, when SGLang picks FlashInfer on
     its own (else Triton), jitguard's verdict for FlashInfer in that phase and what the plugin then does.
     Reads SGLang's version and layout from its installed files without importing it."""
-    from jitguard.boundary.process_facts import collect_here
-    from jitguard.integrations.choices import gdn_status, status_of
 
     version, layout = _installed_files()
     facts = facts or collect_here()

@@ -15,7 +15,10 @@ from types import ModuleType
 from typing import Any
 
 from jitguard.boundary.failsafe import shielded
+from jitguard.config import Settings
 from jitguard.integrations.import_hooks import PostImportHook
+from jitguard.ledger import start as ledger
+from jitguard.ledger import tally, tools
 
 TRITON_KNOBS = "triton.knobs"
 TRITON_AUTOTUNER = "triton.runtime.autotuner"
@@ -29,7 +32,6 @@ def begin(engine: str, *, import_s: float = 0.0) -> None:
 
     def start() -> None:
         global _hook
-        from jitguard.ledger import start as ledger
 
         ledger.begin(engine, import_s=import_s)
         with _lock:
@@ -46,8 +48,6 @@ def begin(engine: str, *, import_s: float = 0.0) -> None:
 
 def _on_triton(module: ModuleType) -> None:
     def watch() -> None:
-        from jitguard.ledger import tally, tools
-
         knobs = sys.modules.get(TRITON_KNOBS)
         autotuner = sys.modules.get(TRITON_AUTOTUNER)
         if module.__name__ == TRITON_KNOBS or knobs is not None:
@@ -63,9 +63,6 @@ def covered_by(outcome: Any, engine: str) -> None:
     """The warm start's ``outcome`` (``fleet.warm_start.Outcome``) decides which layers must hit."""
 
     def tell() -> None:
-        from jitguard.config import Settings
-        from jitguard.ledger import start as ledger
-
         settings = Settings.from_env()
         ledger.covered_by(
             outcome.action, settings.warm_name, settings.warm, outcome.layers, engine, settings.cache_dir
@@ -78,8 +75,6 @@ def ready(role: str, *, compilation_config: Any = None) -> None:
     """The engine is ready in this process: the ledger's line and file."""
 
     def close() -> None:
-        from jitguard.ledger import start as ledger
-
         ledger.ready(role, compilation_config=compilation_config)
 
     shielded("the start ledger at ready", "this start is not recorded", close, lambda: None)

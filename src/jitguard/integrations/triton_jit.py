@@ -14,6 +14,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from jitguard.findings import checks_triton
+
 if TYPE_CHECKING:
     from jitguard.facts import Facts
     from jitguard.findings.model import Finding
@@ -25,8 +27,6 @@ def blocks(facts: Facts) -> list[Finding]:
     """The findings that stop an installed Triton's JIT here: what its launcher build lacks. Not the GPU, FLA
     or package findings of jitguard's own triton backend: the engines bring their own FLA copy and need
     triton to start at all."""
-    from jitguard.findings import checks_triton
-
     return [
         f for f in checks_triton.check(facts, "triton") if f.blocking and f.code in checks_triton.JIT_CODES
     ]

@@ -12,8 +12,9 @@ import logging
 import os
 from pathlib import Path
 
-from jitguard import __version__, fileio
+from jitguard import fileio
 from jitguard.ledger.record import ProcessRecord, StartRecord, merge
+from jitguard.version import __version__
 
 log = logging.getLogger("jitguard.ledger")
 DIR = "starts"

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jitguard.boundary import process_facts
+from jitguard.config import Settings, read
+from jitguard.facts.jit_caches import LAYER_NAMES, layer
 from jitguard.ledger import history, record, tally, tools
 
 log = logging.getLogger("jitguard.ledger")
@@ -59,8 +62,6 @@ def covered_by(
 ) -> record.Warm:
     """Tell the ledger which warm snapshot covers this start (``cache_layers``: its cache layers) and so which
     ledger layers must hit; returns what was recorded."""
-    from jitguard.facts.jit_caches import LAYER_NAMES, layer
-
     roots = {
         n: os.path.abspath(os.path.expanduser(layer(n, os.environ, cache_dir).root)) for n in LAYER_NAMES
     }
@@ -111,16 +112,12 @@ def _count_counters(compilation_config: Any) -> None:
 
 
 def _facts_phase(current: tally.Tally) -> None:
-    from jitguard.boundary import process_facts
-
     seconds = process_facts.process_facts().seconds
     if seconds and "facts" not in current.record.phases:
         current.phase("facts", seconds)
 
 
 def _write(current: tally.Tally, cache_dir: Path | None) -> None:
-    from jitguard.config import Settings, read
-
     try:
         settings = Settings.from_env()
         keep = read("JITGUARD_STARTS_KEEP") or history.DEFAULT_KEEP

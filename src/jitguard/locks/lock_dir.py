@@ -1,23 +1,9 @@
 """Where jitguard's locks and host-wide compile slots live: on a local file system, never a network one.
 
-flock on NFS, Lustre and the like is emulated or refused (``jitguard.facts.filesystems`` says why), so a
-module lock or a compile slot there may not exclude anyone, or fail to open. Every lock and slot user asks
-this module for its place:
-
-- ``lock_dir(cache_dir, name)``: ``<cache_dir>/<name>`` (``fileio.state_dir``) when the cache dir is local;
-  when it is on a network file system, ``<local root>/<name>``;
-- ``lock_path_for(path)``: a lock file another program placed (a build directory's, FlashInfer's workspace
-  lock) stays where it is when local, else moves to ``<local root>/locks/<name>-<digest of its path>``, so
-  every process on this host that locks the same file still locks the same local one.
-
-The local root is ``jitguard-<uid>`` in the first of ``$TMPDIR``, ``/tmp``, ``/dev/shm`` that is not on a
-network file system, created 0700 with the cache dir's trust rules (``fileio.fallback_root``). It does not
-depend on a session's variables (``XDG_RUNTIME_DIR`` is set for a login, not for a service), so every
-process of a user on this host picks the same one, which host-wide slots need. Hosts that share a network
-directory no longer exclude each other through it, which flock there did not promise either.
-
-A move is said once per process (a warning on the ``jitguard`` logger) with what to do about it.
-``table``: a mount table's text (``/proc/self/mountinfo`` format), default this process's.
+flock on NFS, Lustre and the like may not exclude anyone (``facts.filesystems``). ``lock_dir`` and
+``lock_path_for`` keep a lock where it is when local, else move it under ``jitguard-<uid>`` in the first local
+one of ``$TMPDIR``, ``/tmp``, ``/dev/shm`` (0700, the cache dir's trust rules), the same for every process of
+a user on the host; the move is said once per process (docs/design.md "Locks").
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The build lock of one module, with visible waits: one build for many ranks, and everyone knows who builds.
 
-FlashInfer guards build+load with a ``filelock.FileLock`` that waits forever and says nothing, so seven
-tensor-parallel ranks sit silent while the eighth compiles (or has died). This lock takes the *same* kernel
-``flock`` on the same file (so it also excludes processes running stock FlashInfer), and adds:
-
-- a JSON sidecar next to the lock file naming the holder: pid, host, start time, progress and log path;
-- while waiting, a log line (logger ``jitguard``) every few seconds saying who holds it, for how long and
-  how far the build got (the holder's own progress, or the last ``[k/n]`` of its build log);
-- a timeout (JITGUARD_LOCK_TIMEOUT) ending in ``LockTimeout``, a BuildFailed carrying ``lock-timeout``;
-- takeover: the kernel drops an flock when its holder dies (even by SIGKILL), so a waiter simply gets it; the
-  sidecar left behind tells the new holder it is taking over, and from whom.
-
-A lock file on a network file system, where flock is unreliable (flashinfer#3777), is taken on a local
-stand-in instead (``jitguard.locks.lock_dir``), said once per process: the processes of this host still
-exclude each other, stock FlashInfer processes no longer.
+The same kernel ``flock`` on the same file as FlashInfer's silent ``FileLock`` (so stock FlashInfer is excluded
+too), plus a sidecar naming the holder (pid, host, start, progress, log), a log line every few seconds while
+waiting, ``JITGUARD_LOCK_TIMEOUT`` (``LockTimeout``) and takeover when the holder dies. On a network file
+system the lock moves to a local stand-in (``locks.lock_dir``).
 """
 
 from __future__ import annotations
@@ -36,6 +26,7 @@ from jitguard import fileio
 from jitguard.config import format_duration as _duration
 from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.fileio import read_json, write_json
+from jitguard.findings.catalog import make
 from jitguard.locks.lock_dir import lock_path_for
 
 LOGGER_NAME = "jitguard"
@@ -134,8 +125,6 @@ def progress_from_log(path: Path) -> tuple[int, int] | None:
 
 
 def _lock_timeout(module: str, waited: float, holder: HolderInfo | None, lock_path: Path) -> LockTimeout:
-    from jitguard.findings.catalog import make
-
     who = holder.describe() if holder else "a process that did not say who it is (stock FlashInfer?)"
     finding = make(
         "lock-timeout",

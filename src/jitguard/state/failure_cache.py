@@ -1,18 +1,9 @@
 """The failure cache: the outcome of the last build of a module in one environment, per (module, fingerprint).
 
-A build that failed for a reason of the environment (no libcuda, a compiler too old, an OOM at one job)
-fails the same way next time; remembering it lets the next start skip the doomed build and fall back at
-once. The key holds the environment fingerprint, so changing anything that matters (a package, the
-toolchain, FLASHINFER_* variables) makes a different key: the old failure no longer applies. Entries also
-expire after a TTL (JITGUARD_FAILURE_TTL, default 7 days), because some causes (memory pressure, disk)
-come and go without changing the fingerprint.
-
-One JSON file per key under ``<cache_dir>/outcomes/``, written atomically; concurrent writers each replace the
-whole file. A file that is missing, corrupt, from another schema or for another key, or that the cache dir's
-trust rules refuse (``jitguard.fileio``: another user's file, a directory others can write, a link), is a miss,
-never an error; so is a record dated in the future or at a time that is not a number. A record that cannot be
-written (a read-only or full disk) is not remembered, and the build goes on. ``clear`` removes anything in the
-way, a directory or a link included, and says what stayed and why (``StateUnwritable``).
+A build that failed for a reason of the environment fails the same way next time, so the next start skips it
+and falls back at once; the fingerprint in the key and a TTL (``JITGUARD_FAILURE_TTL``, 7 days) let it be tried
+again when something changed. One JSON file per key under ``<cache_dir>/outcomes/``, written atomically under
+the cache dir's trust rules (``jitguard.fileio``): anything it cannot read or write is a miss, never an error.
 """
 
 from __future__ import annotations
@@ -26,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jitguard import __version__, fileio
-from jitguard.config import default_cache_dir
+from jitguard import fileio
+from jitguard.config import default_cache_dir, read
 from jitguard.errors import StateUnwritable
 from jitguard.findings.model import Finding
+from jitguard.version import __version__
 
 SCHEMA = "jitguard.failure-cache/1"
 DEFAULT_TTL_S = 7 * 24 * 3600.0
@@ -130,8 +122,6 @@ def _text(value: Any) -> str:
 
 def ttl_from_env(env: Mapping[str, str] | None = None) -> float:
     """JITGUARD_FAILURE_TTL ('168h', '90m' or seconds; parsed with the other settings) or 7 days."""
-    from jitguard.config import read
-
     ttl = read(TTL_ENV, env)
     return DEFAULT_TTL_S if ttl is None else float(ttl)
 

@@ -1,19 +1,9 @@
 """The kernel cache: compiled GPU kernels kept on disk, so the next process loads what an earlier one compiled.
 
-FlashInfer's CuTeDSL kernels (GDN prefill from 0.6.14) are compiled in-process on first call and kept in
-process memory only: every process, every rank, every restart compiles them again (seconds each). This store
-keeps the compiled object of each one, keyed by everything that changes the kernel (``KernelKey``: FlashInfer
-and DSL versions, the DSL's own files, the GPU arch, the specialisation); ``flashinfer_jit.cutedsl_cache`` decides
-what to key and how to export and load.
-
-One entry per key under ``<cache_dir>/kernels/``: ``<digest>.json`` (the manifest: the object's file name,
-sha256 and size, the symbol, the export format, the key material) and the object it names,
-``<digest>-<sha256 prefix>.o`` (as the DSL exported it). The object is written first and the manifest linked
-into place last, so an entry is all there or not there, and of two processes that publish one key at once
-(a rank that did not wait for another's compile) the first manifest is kept and the other leaves it alone. The cache dir's trust rules
-hold (``jitguard.fileio``): a file of another user, one others can write, a link, is never read. An entry whose
-object does not match its manifest (a torn copy, a bit flip, another key's file) is a miss, and is removed.
-Nothing here raises to the caller: a store that cannot be written is a kernel that is compiled again next time.
+One entry per ``KernelKey`` under ``<cache_dir>/kernels/``: the object, then its manifest linked into place
+last, so an entry is whole or absent and the first of two publishers wins. Read under the cache dir's trust
+rules; an object that does not match its manifest is a miss and is removed. Nothing raises to the caller
+(``flashinfer_jit.cutedsl_cache`` decides what to key, export and load).
 """
 
 from __future__ import annotations
@@ -30,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitguard import __version__, fileio
+from jitguard import fileio
+from jitguard.version import __version__
 
 SCHEMA = "jitguard.kernel-cache/1"
 # A CuTeDSL kernel object holds its cubin and host code: ~1-10 MB. Anything far larger is not one of ours.

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jitguard.decision.engine import GDN_PREFILL
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -49,8 +51,6 @@ GDN_OP_FLASHINFER = "gdn-prefill/flashinfer"
 
 
 def _gdn_flashinfer() -> Selection:
-    from jitguard.decision.engine import GDN_PREFILL
-
     return Selection(
         GDN_OP_FLASHINFER, (GDN_OP_FLASHINFER,), GDN_PREFILL.modules, group="FlashInfer GDN prefill"
     )

@@ -15,17 +15,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from jitguard import fileio
 from jitguard.redaction import redact_text
 from jitguard.supervise import launcher, process_tree, slots
+from jitguard.supervise.build_options import BuildRun
 from jitguard.supervise.keeper import start_time
 from jitguard.supervise.oom import OomCounters, text_evidence
 from jitguard.supervise.progress import NINJA_STATUS, BuildProgress
-
-if TYPE_CHECKING:
-    from jitguard.supervise.runner import _Build
 
 _TICK = 0.25  # seconds between samples of the tree
 _CPU_ACTIVE = 0.01  # a tree using more than 1% of one CPU is working, not hung
@@ -50,7 +48,7 @@ class Attempt:
     )  # other builds' processes that hold the slots it waits for
 
 
-def build_env(b: _Build, jobs: int, attempt_no: int = 1) -> dict[str, str]:
+def build_env(b: BuildRun, jobs: int, attempt_no: int = 1) -> dict[str, str]:
     """ninja's environment: the launcher's slots and grace period, who this build is (for ``slots``), and
     the attempt's sccache server when the build uses the compiler cache."""
     env = _launcher_env(dict(os.environ, NINJA_STATUS=NINJA_STATUS))
@@ -71,9 +69,7 @@ def _launcher_env(env: dict[str, str]) -> dict[str, str]:
     anyway. A source tree that only this process has on ``sys.path`` (``PYTHONPATH=src`` set in code, a
     benchmark or test harness) is appended to PYTHONPATH so the compile commands do not fail to start.
     """
-    import jitguard
-
-    root = str(Path(jitguard.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # what holds jitguard/: src/ or site-packages
     if Path(root).name in ("site-packages", "dist-packages"):
         return env
     current = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -96,7 +92,7 @@ def _pump(stream: IO[bytes], log: fileio.LogFile, lines: queue.Queue[str | None]
 
 
 def run_attempt(
-    b: _Build,
+    b: BuildRun,
     *,
     wrapped: Path,
     jobs: int,

@@ -1,19 +1,9 @@
-"""A cgroup for each build attempt, where this process may make one: the containment that nothing escapes.
+"""A cgroup for each build attempt, where this process may make one: containment that nothing escapes.
 
-A process group, a session and even the keeper's subreaper role can each be left or lost (``setsid``; the
-keeper SIGKILLed), cgroup membership cannot: a process stays in the cgroup it was started in unless someone
-with write access to the hierarchy moves it. So where the host lets jitguard make a cgroup (root in a
-container, a delegated systemd scope), every attempt runs in a fresh one below this process's own:
-
-- cgroup v2 (a ``cgroup2`` mount; killed through ``cgroup.kill``, Linux 5.14+), else
-- the cgroup v1 ``freezer`` hierarchy (frozen, killed, thawed).
-
-Where neither is writable (the usual unprivileged case), ``create`` returns None and the tree relies on its
-own session, the keeper's subreaper role and PR_SET_PDEATHSIG at every level. The cgroup's name records its
-owner (pid and start time); a cgroup whose owner is gone is a leftover of a build that died with its keeper:
-``create`` kills what is still in it and removes it.
-
-``JITGUARD_CGROUP`` chooses: ``auto`` (default: v2, then v1 freezer), ``v2``, ``freezer``, or ``off``.
+A process can leave its group or session, not its cgroup. Where jitguard may make one (v2 with
+``cgroup.kill``, else the v1 freezer), every attempt runs in a fresh one; elsewhere the tree relies on its
+session, the keeper and PDEATHSIG. A leftover of a dead build is killed and removed. ``JITGUARD_CGROUP``:
+``auto`` (default), ``v2``, ``freezer`` or ``off``.
 """
 
 from __future__ import annotations
@@ -24,6 +14,7 @@ import logging
 import os
 from pathlib import Path
 
+from jitguard.config import read
 from jitguard.supervise.keeper import CGROUP_PREFIX, Cgroup, start_time
 
 LOG = logging.getLogger("jitguard.supervise")
@@ -108,8 +99,6 @@ def sweep(directory: Path, version: int) -> int:
 
 def create(choice: str | None = None, *, proc: Path = Path("/proc")) -> Cgroup | None:
     """A new, empty cgroup for one attempt below this process's own, or None where none can be made."""
-    from jitguard.config import read
-
     choice = (choice or read(CGROUP_ENV) or "auto").lower()  # a malformed JITGUARD_CGROUP: ConfigError
     if choice == "off":
         return None

@@ -1,18 +1,23 @@
-"""What one supervised build is asked to do (``BuildOptions``) and what it did (``BuildResult``).
+"""What one supervised build is asked to do (``BuildOptions``), how it runs (``JobPlan``, ``BuildRun``) and what it
+did (``BuildResult``).
 
-``run_ninja`` (``supervise.runner``) takes the one and returns the other; both travel further: the options are
-made from ``JITGUARD_*`` settings by the CLI, the FlashInfer hook and the prebuild commands, and the result is the
-``jitguard build`` JSON envelope's body (``to_json``).
+``run_ninja`` (``supervise.runner``) takes the options, decides the run that its attempts (``supervise.attempt``)
+read, and returns the result. The options are made from ``JITGUARD_*`` settings by the CLI, the FlashInfer hook
+and the prebuild commands; the result is the ``jitguard build`` JSON envelope's body (``to_json``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jitguard import fileio
 from jitguard.config import MemorySpec, Settings
 from jitguard.fleet import compiler_cache
+from jitguard.supervise import build_time
+from jitguard.supervise.progress import Reporter
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -55,6 +60,41 @@ class BuildOptions:
         }
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """How many jobs a build runs with, and why: planned once from the memory budget."""
+
+    jobs: int
+    budget_bytes: int | None
+    job_memory: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class BuildRun:
+    """What every step of one build needs: decided once in ``run_ninja``, read by the attempts."""
+
+    module: str
+    build_dir: Path
+    ninja_file: Path
+    ninja: str
+    plan: JobPlan
+    options: BuildOptions
+    slots_dir: Path
+    log: fileio.LogFile
+    log_path: Path
+    cache_dir: Path
+    reporter: Reporter
+    started: float
+    keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
+    compiler_cache: compiler_cache.Session | None = None  # the build's sccache, when it uses one
+    foreseen: build_time.Foreseen | None = None  # what the last build of the module here says of this one
+
+    @property
+    def learned(self) -> build_time.BuildDuration | None:
+        return self.foreseen.learned if self.foreseen else None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jitguard.findings.catalog import make
+from jitguard.findings.classify import classify
 from jitguard.findings.model import Finding
 from jitguard.supervise.progress import BuildProgress
 
@@ -18,15 +20,13 @@ if TYPE_CHECKING:
 
     from jitguard.facts import Facts
     from jitguard.supervise.attempt import Attempt
-    from jitguard.supervise.runner import BuildOptions
+    from jitguard.supervise.build_options import BuildOptions
 
 _TAIL_LINES = 6
 
 
 def build_finding(code: str, backend: str, evidence: list[str], **params: Any) -> Finding:
     """The catalog's finding ``code`` with ``evidence`` and the template ``params``."""
-    from jitguard.findings.catalog import make
-
     return make(code, backend=backend, evidence=evidence, **params)
 
 
@@ -37,8 +37,6 @@ def _tail(lines: list[str]) -> list[str]:
 def _classify(
     text: str, returncode: int | None, backend: str, facts: Facts | None, **params: Any
 ) -> list[Finding]:
-    from jitguard.findings.classify import classify
-
     return classify(text, returncode, backend=backend, facts=facts, **params)
 
 

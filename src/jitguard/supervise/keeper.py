@@ -2,25 +2,10 @@
 
     python -I -S keeper.py PARENT_PID GRACE CGROUP|- STATUS_FD -- COMMAND [ARGS...]
 
-``process_tree`` starts this file (in a session of its own) instead of the command. The keeper
-
-1. asks the kernel for SIGTERM when jitguard dies (PR_SET_PDEATHSIG), and checks jitguard did not die first;
-2. becomes a child subreaper (PR_SET_CHILD_SUBREAPER): a process of the build that double-forks, even one that
-   calls ``setsid`` to leave the session, is re-parented to the keeper instead of init, so it stays findable;
-3. runs the command in the per-attempt cgroup when jitguard made one (``CGROUP``; the keeper stays out, so it
-   can freeze and kill it): membership survives setsid and re-parenting, and survives the keeper itself;
-4. gives the command PDEATHSIG too (it dies with the keeper), writes its pid to STATUS_FD, reaps every
-   process re-parented to it, and exits with the command's status (128 + N for a signal N);
-5. stops the build when jitguard dies or asks (SIGTERM, SIGHUP, SIGINT), and when the command exits leaving
-   processes behind: SIGTERM to every process of the build, ``GRACE`` seconds, then SIGSTOP and SIGKILL to
-   what is left, until nothing is left (``terminate``). A compiler that ignores SIGTERM still ends.
-
-The file descriptors jitguard passes (the build lock) stay open here and are not handed to the command: the
-lock is released only when the keeper exits, after the whole tree is gone, so a rank that takes over never
-builds beside the remains of a killed build.
-
-Standard library only, no jitguard import: the keeper starts in milliseconds without site-packages, and
-``process_tree`` uses the same helpers (``descendants``, ``Cgroup``, ``terminate``) from inside jitguard.
+A child subreaper with PR_SET_PDEATHSIG, running the command in the attempt's cgroup when there is one; it
+reaps what is re-parented to it, ends the whole tree (SIGTERM, grace, SIGKILL) when jitguard dies or asks,
+and holds the build lock until the tree is gone (docs/reliability.md). Standard library only: it starts in
+milliseconds, and ``process_tree`` shares its helpers.
 """
 
 from __future__ import annotations

@@ -2,32 +2,10 @@
 
     python -m jitguard.supervise.launcher [--slots DIR --count N] -- <compiler> <args...>
 
-DIR and N come from the flags or from ``JITGUARD_SLOTS_DIR`` / ``JITGUARD_SLOT_COUNT``. The runner uses the
-environment, so the command line ninja records (and hashes, to decide what is out of date) stays the same
-whatever the parallelism of an attempt: a retry with fewer jobs keeps every object that finished. Without
-either, the command runs without a slot.
-
-The runner rewrites every rule of the build.ninja it runs so the command starts with this (see
-``supervise.manifest``). The launcher waits for a free slot (``supervise.slots``, which also reclaims slots
-that processes of dead builds still hold), runs the command with the slot's file descriptor inherited (the
-slot stays taken while any process of the compile lives), and exits with its status. When the command is
-killed by a signal the launcher says so on stderr, in words the runner's OOM detection recognises, because
-ninja itself does not report a child's signal.
-
-No process of a compile outlives the launcher: the launcher dies with ninja (PR_SET_PDEATHSIG, SIGTERM) and
-the command with the launcher (PDEATHSIG, SIGKILL: nobody would stop it otherwise). The command runs in a
-process group of its own; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to that whole group and, when it is
-still there after ``JITGUARD_KILL_GRACE`` seconds (default 3), it gets SIGKILL: a compiler that ignores
-SIGTERM still ends.
-
-When the build uses the compiler cache (``fleet.compiler_cache_launch``: the runner puts the attempt's sccache
-directory in the environment), a compile runs as ``sccache <compiler> ...``: the attempt's sccache server is
-started first (before the slot, so it never inherits one), the slot is held while the sccache client waits
-and is not handed to it, and the server's counters are kept after the compile. A server that cannot start
-means the plain command, as without the cache.
-
-Runs once per compile command: stdlib only, no jitguard imports beyond ``slots``, ``keeper`` and
-``compiler_cache_launch``.
+DIR and N come from the flags or from ``JITGUARD_SLOTS_DIR`` / ``JITGUARD_SLOT_COUNT`` (the environment keeps
+ninja's command line the same for every attempt). It says on stderr when the command died of a signal
+(ninja does not), forwards signals to the command's group and SIGKILLs it after the grace, and dies with
+ninja. Runs once per compile: stdlib only, beyond ``slots``, ``keeper`` and ``compiler_cache_launch``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
-"""Prepare the build.ninja the runner runs: the same build, every rule's command behind the slot launcher.
+"""The build.ninja the runner runs: the same build, every rule's command behind the slot launcher.
 
-ninja's manifest is line based: a ``rule NAME`` line starts a block of indented ``key = value`` bindings. Each
-``command =`` binding inside a rule block becomes ``command = $jitguard_launch <original>``, and the file
-ends with the definition of ``jitguard_launch`` (``python -m jitguard.supervise.launcher --``; the slots
-directory and count travel in the environment, so the command line is the same for every attempt and ninja
-keeps what an earlier attempt finished). ninja expands rule commands only when it runs them, so a definition
-at the end serves every rule, and every line of the user's file keeps its number in the copy. A ``$nvcc`` or ``$cxx`` at the start of a command (FlashInfer's
-generated files) is covered like any other command, so the rewrite works for any ninja project. Rules in
-``include``d or ``subninja`` files are not rewritten; their commands run without a slot.
-
-The copy is written next to the log (never over the original). Output paths are unchanged and ninja runs in
-the original build directory. ninja records a hash of each command line, so an object built by plain ``ninja``
-would count as out of date for the wrapped manifest and the other way round: ``supervise.ninja_log`` records each
-finished object for both command lines, and the runner first asks the original manifest whether there is
-anything to do at all (``nothing_to_do``). ``up_to_date`` asks the same and turns a manifest ninja cannot load
-into a ``UsageError`` that names the user's file and line (never the copy's).
-
-Why a rewritten copy rather than leaving ninja's files alone (measured in ``benchmarks/compile_slots.py``,
-``benchmarks/results/compile_slots_*.md``):
-
-- A GNU make jobserver does not hold the budget. ninja joins one only from 1.13 (distributions ship 1.10-1.12),
-  and ignores it when given ``-j``, so the memory plan's jobs per build cannot apply; every client runs one job
-  on its implicit slot, so B builds run B jobs beyond the pool's tokens; tokens are anonymous bytes: those of a
-  SIGKILLed ninja are gone for good, and a waiting build can neither name who holds the pool nor reclaim what
-  a dead build left (``tests/faults/test_compile_slots.py``).
-- Reserving slots per build before ninja starts (``ninja -j N`` with N slots held) keeps the count, but fixes a
-  build's parallelism when it starts (slots freed later by other builds stay unused by it; slots it reserved idle
-  through its link and tail), and drops what the command prefix also carries: the compiler cache (``sccache
-  <compiler>``: FlashInfer runs nvcc by its toolkit's path, ``$cuda_home/bin/nvcc``, so nothing but the command
-  line can put sccache in front), the "killed by signal" line that ninja never prints (``supervise.oom``), and the kill grace and
-  parent-death signal of each compile (``supervise.launcher``).
+A copy next to the log (never the original; every line keeps its number), ending with the definition of
+``$jitguard_launch``; the slots travel in the environment, so the command line, and what ninja counts as
+built, is the same for every attempt. A copy rather than a GNU make jobserver or slots reserved per build:
+only a command prefix holds the budget across ninja versions and ``-j``, frees a dead build's slots, and
+carries sccache, the "killed by signal" line and each compile's kill grace (docs/design.md "Memory budget";
+measured in ``benchmarks/results/compile_slots_*.md``).
 """
 
 from __future__ import annotations

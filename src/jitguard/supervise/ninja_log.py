@@ -1,18 +1,9 @@
-"""ninja's build log: let objects built through jitguard count as built for plain ``ninja``, and back.
+"""ninja's build log: objects built through jitguard count as built for plain ``ninja``, and back.
 
-ninja decides that an output is up to date only when its ``.ninja_log`` entry carries the hash of the command
-line that would build it now. The runner builds through a wrapped copy of the manifest whose commands start
-with the slot launcher (``supervise.manifest``), so without help an object built by jitguard looks out of date to
-FlashInfer's plain ``ninja`` (a prebuilt module would be compiled again at serving time), and an object that
-plain ``ninja`` built looks out of date to jitguard.
-
-``translate`` closes that gap: for every output whose latest log entry was written for one manifest's command,
-it appends an entry for the other manifest's command (same times, same mtime). The two command lines are read
-from ``ninja -t compdb`` of each manifest (edges with inputs; an edge with an rspfile hashes more than its
-command and is left alone). ninja picks the last entry of an output, so appending is enough. Hashes: log
-versions 5 and 6 (ninja 1.10-1.12) use MurmurHash64A, version 7 (ninja >= 1.13) rapidhash; any other version
-is left untouched. This is the price of the wrapped copy; ``supervise.manifest`` says why neither a jobserver
-nor a per-build reservation of slots could replace it.
+ninja trusts a ``.ninja_log`` entry only for the hash of the command that would build the output now, and the
+runner's commands start with the slot launcher (``supervise.manifest``). ``translate`` appends, for each
+output, an entry for the other manifest's command (log versions 5-7: MurmurHash64A, then rapidhash), so a
+prebuilt module is not compiled again at serving time.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The supervised ninja build: memory-bounded, watched, retried at lower parallelism after an OOM kill.
 
-``run_ninja(build_dir, ninja_file, module=..., options=...)`` is what FlashInfer's ``run_ninja`` becomes under
-jitguard, and what ``jitguard build ninja`` runs:
-
-1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
-   ``UsageError`` naming the user's file and line;
-2. take the build lock of the build directory (``locks.visible_lock``: one build per manifest on the host, whoever
-   calls; others wait visibly, time out, or take over when the holder dies), and look again: a build that
-   finished while we waited leaves nothing to do;
-3. plan the parallelism from the memory budget (``facts.capacity.plan_jobs``: cgroup-aware available memory, the
-   per-job estimate learned for this module or the measured default, the CPU limit) unless jobs are given;
-4. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``supervise.manifest``,
-   ``supervise.launcher``, ``supervise.slots``), under a keeper in its own session and cgroup
-   (``supervise.process_tree``), with the full output in a log file and live progress (``supervise.progress``);
-5. watch it (``supervise.attempt``): overall timeout; stall watchdog (no output and no CPU for
-   ``stall_timeout``, unless the build only waits for slots that other builds hold: it names them); memory;
-6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
-7. on success record the per-job peak memory for the next plan, and the wall time, steps and jobs
-   (``supervise.build_time``: the next build says how long it will take, how long is left, and warns when
-   that outlasts the engine's wait for it); on failure raise ``BuildFailed`` with the
-   classified findings (``supervise.diagnosis``) and the log path. Whatever happens, no process of the build outlives the call.
+``run_ninja`` is what FlashInfer's ``run_ninja`` becomes under jitguard, and what ``jitguard build ninja`` runs:
+one build per manifest on the host, no process of it outliving the call, and a failure that says why
+(docs/design.md "Build runner").
 """
 
 from __future__ import annotations
@@ -29,86 +12,46 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jitguard import fileio
 from jitguard.config import MAX_JOBS, default_cache_dir, format_bytes
 from jitguard.errors import BuildFailed, UsageError
+from jitguard.facts import memory
+from jitguard.facts.capacity import plan_jobs
 from jitguard.fleet import compiler_cache
 from jitguard.locks.visible_lock import ModuleLock
+from jitguard.state.job_memory import JobMemoryStore
 from jitguard.supervise import build_time, manifest, ninja_log, slots
 from jitguard.supervise.attempt import note as _note
 from jitguard.supervise.attempt import run_attempt
-from jitguard.supervise.build_options import BuildOptions, BuildResult
+from jitguard.supervise.build_options import BuildOptions, BuildResult, BuildRun, JobPlan
 from jitguard.supervise.diagnosis import build_finding, diagnose
 from jitguard.supervise.oom import OomCounters
-from jitguard.supervise.progress import Reporter, make_reporter, steps_total
-
-if TYPE_CHECKING:
-    pass
+from jitguard.supervise.progress import make_reporter, steps_total
 
 LOG = logging.getLogger("jitguard.supervise")
 
 BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per directory, whoever starts it
 
 
-@dataclass(frozen=True)
-class _Plan:
-    jobs: int
-    budget_bytes: int | None
-    job_memory: int | None
-    reason: str
-
-
 # -- planning ----------------------------------------------------------------------------------------------
 
 
-def _plan(options: BuildOptions, module: str, cache_dir: Path) -> _Plan:
-    from jitguard.facts import memory
-    from jitguard.facts.capacity import plan_jobs
+def _plan(options: BuildOptions, module: str, cache_dir: Path) -> JobPlan:
 
     job_memory = options.job_memory
     if job_memory is None:
         with contextlib.suppress(Exception):  # a learned estimate is a help, never a reason to fail
-            from jitguard.state.job_memory import JobMemoryStore
-
             job_memory = JobMemoryStore(cache_dir).estimate(module)
     plan = plan_jobs(
         memory.probe(), budget=options.memory_budget, job_memory=job_memory, requested_jobs=options.jobs
     )
     # 0: not even one job fits the budget. One job is still the best try; an OOM kill is then classified.
-    return _Plan(max(1, plan.jobs), plan.budget_bytes, plan.job_memory, plan.reason)
+    return JobPlan(max(1, plan.jobs), plan.budget_bytes, plan.job_memory, plan.reason)
 
 
 # -- the public entry point --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Build:
-    """What every step of one build needs: decided once in ``run_ninja``, read by the attempts."""
-
-    module: str
-    build_dir: Path
-    ninja_file: Path
-    ninja: str
-    plan: _Plan
-    options: BuildOptions
-    slots_dir: Path
-    log: fileio.LogFile
-    log_path: Path
-    cache_dir: Path
-    reporter: Reporter
-    started: float
-    keep_fds: Sequence[int] = ()  # open in the keeper of every attempt (the build lock)
-    compiler_cache: compiler_cache.Session | None = None  # the build's sccache, when it uses one
-    foreseen: build_time.Foreseen | None = None  # what the last build of the module here says of this one
-
-    @property
-    def learned(self) -> build_time.BuildDuration | None:
-        return self.foreseen.learned if self.foreseen else None
 
 
 def default_log_path(cache_dir: Path, module: str) -> Path:
@@ -130,7 +73,21 @@ def run_ninja(
     options: BuildOptions,
     log_path: Path | None = None,
 ) -> BuildResult:
-    """Build ``ninja_file`` in ``build_dir`` under supervision. Raises ``BuildFailed`` on failure."""
+    """Build ``ninja_file`` in ``build_dir`` under supervision. Raises ``BuildFailed`` on failure.
+
+    1. nothing to do (the original manifest is up to date): return at once; a manifest ninja cannot load is a
+       ``UsageError`` naming the user's file and line;
+    2. take the build lock of the build directory (``locks.visible_lock``: others wait visibly, time out, or take
+       over when the holder dies), and look again: a build that finished while we waited leaves nothing to do;
+    3. plan the jobs from the memory budget (``facts.capacity.plan_jobs``) unless they are given;
+    4. run ninja on a copy of the manifest whose commands hold a host-wide compile slot (``supervise.manifest``,
+       ``supervise.launcher``, ``supervise.slots``), under a keeper in its own session and cgroup
+       (``supervise.process_tree``), the full output in the log, live progress (``supervise.progress``);
+    5. watch it (``supervise.attempt``): overall timeout, stall watchdog, memory;
+    6. on an OOM kill (``supervise.oom``), run again with half the jobs (ninja keeps what finished) down to one;
+    7. on success record the per-job peak memory and the wall time (``supervise.build_time``); on failure raise
+       ``BuildFailed`` with the classified findings (``supervise.diagnosis``) and the log path.
+    """
     build_dir = Path(build_dir)
     ninja_file = Path(ninja_file)
     if not ninja_file.is_file():
@@ -197,7 +154,7 @@ def run_ninja(
             cache = _compiler_cache(options, log)
             try:
                 return _build(
-                    _Build(
+                    BuildRun(
                         module=module,
                         build_dir=build_dir,
                         ninja_file=ninja_file,
@@ -222,7 +179,7 @@ def run_ninja(
                     cache.close()
 
 
-def _build(b: _Build) -> BuildResult:
+def _build(b: BuildRun) -> BuildResult:
     wrapped = b.log_path.with_name(b.log_path.name + ".ninja")
     try:
         manifest.write_wrapped(b.ninja_file, wrapped, manifest.launcher_prefix())
@@ -243,7 +200,7 @@ def _build(b: _Build) -> BuildResult:
             _note(b.log, f"recorded the finished objects for plain ninja too ({record})")
 
 
-def _attempts(b: _Build, wrapped: Path) -> BuildResult:
+def _attempts(b: BuildRun, wrapped: Path) -> BuildResult:
     deadline = b.started + b.options.timeout
     jobs = b.plan.jobs
     peak_rss = 0
@@ -354,6 +311,4 @@ def _report_compiler_cache(cache: compiler_cache.Session, log: fileio.LogFile) -
 
 def _learn(cache_dir: Path, module: str, peak_job: int) -> None:
     with contextlib.suppress(Exception):  # learning is best effort; a read-only cache must not fail a build
-        from jitguard.state.job_memory import JobMemoryStore
-
         JobMemoryStore(cache_dir).observe(module, peak_job)

@@ -1,29 +1,9 @@
 """Host-wide compile slots: N flock'ed files in a shared directory, one per compile job allowed to run.
 
-Every compile command of a supervised build runs under the launcher (``jitguard.supervise.launcher``), which takes
-one free slot ``slot-000`` ... ``slot-{N-1}`` before the compiler starts and keeps it until the compiler and
-all its children are gone. Because every process on the host uses the same directory, 8 ranks or 8 engines
-building at once run at most N compile jobs together, not 8 x N.
-
-N is what the memory budget allows (``facts.capacity.plan_jobs``). Processes that computed different N share the
-low-numbered slots, so the host total never exceeds the largest N in use. flock locks belong to open file
-descriptions: they vanish when the last process holding one dies, so a killed build never leaks a slot, and
-the file descriptor is inherited by the compiler so the slot stays taken exactly as long as the compile runs.
-
-The directory is keyed by host name, because a cache directory on a network file system is shared by hosts
-whose memory is not shared. It lives in jitguard's cache dir, or in the private temporary fallback when the
-cache dir is refused or full (``jitguard.fileio.state_dir``), or in a local directory when the cache dir is
-on a network file system, where flock is unreliable (``jitguard.locks.lock_dir``). A slot file is never opened through a link: a
-link found at a slot's name is replaced by a plain file, so a dangling one cannot make jitguard create its
-target.
-
-A slot is held by whoever has its file open, so a compiler that outlives its build (its jitguard SIGKILLed, the
-keeper too) would keep it. The runner puts its own identity (pid and start time, ``JITGUARD_BUILD_OWNER``) and
-the module in the environment of every compile; ``holders_of`` finds the live processes that hold a slot and
-what build they belong to, and ``reclaim`` ends those whose build's jitguard is gone. A waiting launcher
-reclaims as it waits, so such a slot is free again within a second, and a waiting build names the holders.
-
-stdlib and jitguard.fileio only at import: the launcher imports this module once per compile command.
+Every compile holds one (``supervise.launcher``) until it and its children are gone, so 8 ranks building at
+once run N jobs together, not 8 x N; a killed build never leaks one (flock dies with its last holder), and
+``holders_of`` / ``reclaim`` name and end compiles whose build is gone. The directory is per host, on local
+disk (``locks.lock_dir``). stdlib and fileio only at import: the launcher imports this once per compile.
 """
 
 from __future__ import annotations
@@ -41,6 +21,7 @@ from pathlib import Path
 
 from jitguard import fileio
 from jitguard.fileio import PRIVATE_DIR_MODE, safe_name
+from jitguard.locks.lock_dir import lock_dir
 from jitguard.supervise.keeper import start_time
 
 SLOT_PREFIX = "slot-"
@@ -55,8 +36,6 @@ def host_slots_dir(cache_dir: Path, *, mount_table: str | None = None) -> Path:
     """The default slots directory of this host: ``<cache_dir>/slots/<hostname>``, or the same under the
     private temporary fallback, or under a local directory when the cache dir is on a network file system
     (``jitguard.locks.lock_dir``; ``mount_table``: the mount table's text, default this process's)."""
-    from jitguard.locks.lock_dir import lock_dir  # not at import: the launcher imports this module
-
     host = safe_name(socket.gethostname() or "localhost")
     try:
         return lock_dir(cache_dir, "slots", table=mount_table) / host

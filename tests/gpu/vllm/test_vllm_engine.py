@@ -1,8 +1,8 @@
 """A real vLLM engine on an H200 with jitguard's plugin (marker `gpu`): the decisions happen in vLLM's own
 engine-core process, and the engine they leave serves.
 
-Needs vLLM on the GPU host (carried in with ../shared/gpu-e2e: vLLM 0.22-0.26 pin the host's torch 2.11;
-``make_payload.sh 0.24.0 .gpu``, unpacked into /tmp/site), then one device call (~6 minutes; 10 at most):
+Needs vLLM on the GPU host (a payload of vLLM 0.24.0 and what it needs, built outside this repository: vLLM
+0.22-0.26 pin the host's torch 2.11; unpacked into /tmp/site with benchmarks/payload_unpack.py), then one device call (~6 minutes; 10 at most):
     JITGUARD_ENGINE_LOGS=$OUT/logs PYTHONPATH=$PWD/src:/tmp/site \
         python3 -m pytest -m gpu tests/gpu/vllm -v -s -p no:cacheprovider > $OUT/gpu_vllm_test.txt 2>&1
 (no outer ``timeout`` shorter than the module's budget below: pytest's failure report comes at the end;

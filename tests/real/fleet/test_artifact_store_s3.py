@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import services
-from jitguard.fleet.artifact_store import ArtifactKey, ArtifactRejected, ArtifactStore, StoreUnavailable
+from jitguard.fleet.artifact_store import ArtifactKey, ArtifactStore
+from jitguard.fleet.store import ArtifactRejected, StoreUnavailable
 
 pytest.importorskip("s3fs", reason="the s3:// store needs s3fs (pip install 'jitguard[s3]')")
 

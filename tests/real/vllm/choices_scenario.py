@@ -256,7 +256,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
 
         statuses = {}
         for choice in CHOICES:  # GDN prefill's too: the era contrast (the others are nvcc JIT in every era)
-            status = plugin.choices().status(choice)
+            status = plugin.guard().status(choice)
             statuses[choice.key] = {
                 "usable": status.usable,
                 "blocking": [f.code for f in status.blocking],

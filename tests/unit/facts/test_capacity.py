@@ -1,4 +1,4 @@
-"""The memory budget: how many compile jobs fit, for the machines in FACTS.md and in containers; ninja's own
+"""The memory budget: how many compile jobs fit, for the H200 build host and in containers; ninja's own
 default, checked against the real ninja."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def plan(facts: MemoryFacts, budget: str | None = None, job: int | None = None, 
 
 
 def test_default_job_memory_reproduces_the_measured_gdn_sm90_peak() -> None:
-    # FACTS.md: stock 0.6.6 GDN build on the H200 host, 18 concurrent cicc, peak RSS 103 GiB.
+    # The stock 0.6.6 GDN build on the H200 host (README): 18 concurrent cicc, peak RSS 103 GiB.
     assert abs(18 * DEFAULT_JOB_MEMORY - 103 * GIB) < GIB
 
 

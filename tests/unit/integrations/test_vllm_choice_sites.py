@@ -119,7 +119,7 @@ def doomed(choice: Choice) -> ChoiceStatus:
 
 def register(provider: object = doomed) -> None:
     assert plugin.register()
-    plugin.choices().set_facts(plugin.engine_facts(), provider)  # type: ignore[arg-type]
+    plugin.guard().set_facts(plugin.engine_facts(), provider)  # type: ignore[arg-type]
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

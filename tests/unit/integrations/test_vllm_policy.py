@@ -120,7 +120,7 @@ def test_usable_flashinfer_is_announced_once_at_info(caplog: pytest.LogCaptureFi
 def test_jitguard_lines_go_to_vllms_handler_once_vllm_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from jitguard.integrations.vllm import _route_logs
+    from jitguard.integrations.vllm.sites import route_logs
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -131,11 +131,11 @@ def test_jitguard_lines_go_to_vllms_handler_once_vllm_has_one(monkeypatch: pytes
     monkeypatch.setattr(ours, "handlers", [])
     monkeypatch.setattr(ours, "propagate", True)
     monkeypatch.setattr(ours, "level", logging.NOTSET)
-    _route_logs()  # vLLM has not configured its logging yet: nothing to join
+    route_logs()  # vLLM has not configured its logging yet: nothing to join
     assert ours.handlers == []
     monkeypatch.setattr(vllm_logger, "handlers", [handler])
     monkeypatch.setattr(vllm_logger, "level", logging.INFO)
     choose(GdnGuard(lambda: NO_LIBCUDA), "auto", "flashinfer")
-    _route_logs()  # again: idempotent
+    route_logs()  # again: idempotent
     assert ours.handlers == [handler]
     assert stream.getvalue().count("VLLMFMT jitguard: vLLM chose FlashInfer") == 1

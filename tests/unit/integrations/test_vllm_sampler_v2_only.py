@@ -93,7 +93,7 @@ def register(blocked: tuple[Choice, ...]) -> None:
         return assess(choice, DOOMED if choice in blocked else [])
 
     assert plugin.register()
-    plugin.choices().set_facts(plugin.engine_facts(), status)
+    plugin.guard().set_facts(plugin.engine_facts(), status)
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -37,6 +37,7 @@ class GdnBackend(Protocol):
 
 
 def default_backends() -> list[GdnBackend]:
+    # lazy: `import jitguard.gdn.backends.<name>` runs this file first: not all three
     from jitguard.gdn.backends import flashinfer, torch, triton
 
     return [flashinfer, triton, torch]

@@ -1,18 +1,8 @@
 """The FlashInfer backend: ``flashinfer.gdn_prefill.chunk_gated_delta_rule`` (SM90 Hopper and newer).
 
-Two eras share one Python signature (read from the 0.6.6 wheel and the CuTeDSL sources):
-- nvcc era, 0.6.3 - 0.6.13: the first call JIT-compiles the ``gdn_prefill_sm90`` module with nvcc (34 TUs
-  at 0.6.3 - 0.6.7, 66 from 0.6.8) unless a prebuilt cache or flashinfer-jit-cache has it; SM90 only.
-- CuTeDSL era, >= 0.6.14: kernels compiled in-process by nvidia-cutlass-dsl on the first call of each
-  specialisation (FlashInfer alone: every process, every restart; ``load()`` routes its compile through
-  ``flashinfer_jit.cutedsl_cache``, so once per host); SM90, SM100 (CUDA 13 torch), SM120. A kernel module that
-  fails to import is swallowed by FlashInfer; ``load()`` imports it again to recover the real cause.
-
-Conversions from jitguard's convention: ``alpha = exp(g)`` (FlashInfer takes the linear decay; log-space
-input gives NaN), alpha and beta as contiguous float32, cu_seqlens on the device (FlashInfer casts it to
-int64 itself), q/k l2-normalised by jitguard (FlashInfer <= 0.6.18 accepts ``use_qk_l2norm_in_kernel`` and
-ignores it). The state layout [N, H, V, K] float32 and the head rules (GQA and GVA, ``H = max(Hq, Hv)``) are
-FlashInfer's own.
+Two eras share one signature: nvcc (0.6.3 - 0.6.13: a JIT module, routed through ``flashinfer_jit.gdn_router``)
+and CuTeDSL (>= 0.6.14: in-process kernels, through ``flashinfer_jit.cutedsl_cache``). From jitguard's
+convention: ``alpha = exp(g)``, float32 alpha and beta, q/k l2-normalised by jitguard (docs/gdn.md).
 """
 
 from __future__ import annotations
@@ -23,9 +13,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
+from jitguard.flashinfer_jit.gdn_router import route, router
 from jitguard.gdn.call import GdnCall
+from jitguard.gdn.reference import l2norm
 
 if TYPE_CHECKING:
     import torch
@@ -107,14 +100,13 @@ def load() -> None:
         return
     module = importlib.import_module("flashinfer.gdn_prefill")
     if era(installed_version()) == "nvcc":
-        from jitguard.flashinfer_jit.gdn_router import route
-
         if not route(module):
             module.get_gdn_prefill_module()
     else:
         _check_dsl_kernel()
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
+            # lazy: the kernel cache loads only where FlashInfer compiles with CuTeDSL
             from jitguard.flashinfer_jit import cutedsl_cache
 
             cutedsl_cache.route(compile_cache)  # each kernel compiled once per host, not once per process
@@ -125,8 +117,6 @@ def prepare(call: GdnCall) -> None:
     """Before the first launch of a kind of call: build and load the module that serves its instance (nvcc
     era, routed), so that build is a load-stage failure like the full module's. Later calls that need another
     instance (e.g. without an initial state) get it built on demand, just as visibly."""
-    from jitguard.flashinfer_jit.gdn_router import router
-
     routed = router()
     variant = _variant(call, routed.family) if routed is not None else None
     if routed is not None and variant is not None:
@@ -134,8 +124,6 @@ def prepare(call: GdnCall) -> None:
 
 
 def _variant(call: GdnCall, family: Any) -> Any:
-    from jitguard.decision.gdn_model_variants import variant_of_call
-
     return variant_of_call(
         str(call.q.dtype),
         int(call.q.shape[1]),
@@ -178,8 +166,6 @@ def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
 
     q, k = call.q, call.k
     if call.use_qk_l2norm:
-        from jitguard.gdn.reference import l2norm
-
         q, k = l2norm(q), l2norm(k)
     f32 = torch.float32
     g, beta = call.g, call.beta

@@ -21,6 +21,7 @@ from jitguard.decision.gdn import CallSpec
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 from jitguard.gdn.call import GdnCall
+from jitguard.gdn.reference import expand_heads
 
 if TYPE_CHECKING:
     import torch
@@ -71,8 +72,6 @@ def run(call: GdnCall) -> tuple[torch.Tensor, torch.Tensor | None]:
     q, k, v, cu_seqlens = call.q, call.k, call.v, call.cu_seqlens
     hq, hv = q.shape[1], v.shape[1]
     if hq > hv:  # GQA: FLA wants q and k to share heads
-        from jitguard.gdn.reference import expand_heads
-
         k, v = expand_heads(k, hq), expand_heads(v, hq)
     host_cu = cu_seqlens.long() if cu_seqlens.device.type == "cpu" else None
     cu = cu_seqlens.to(device=q.device, dtype=torch.int64, non_blocking=True)

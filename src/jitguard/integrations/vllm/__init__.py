@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING
 
 from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
+from jitguard.config import Settings
 from jitguard.decision.engine import normalise_request
+from jitguard.errors import UsageError
 from jitguard.integrations import IMPORT_STARTED, start_ledger
-from jitguard.integrations.choices import ChoiceGuard
+from jitguard.integrations.choices import ChoiceGuard, gdn_status
 from jitguard.integrations.import_hooks import PostImportHook
 from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm, worker_ready
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
@@ -71,7 +73,6 @@ SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *predic
 _BY_MODULE: dict[str, tuple[Site, ...]] = {}
 for _site in SITES:
     _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)
-_route_logs = route_logs  # the name tests and older callers use
 
 _guard = ChoiceGuard(ENGINE)
 _hook: _SiteImportHook | None = None
@@ -86,8 +87,6 @@ def engine_facts() -> process_facts.ProcessFacts:
 def default_status() -> BackendStatus:
     """FlashInfer GDN prefill's status on this process's facts: the GDN op's status plus the recorded failures
     of FlashInfer's GDN modules (what the guard judges GDN prefill on unless ``register(status=...)``)."""
-    from jitguard.integrations.choices import gdn_status
-
     return gdn_status(engine_facts().get())
 
 
@@ -147,7 +146,6 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
     global _hook
     if not vllm_installed():
         return False
-    from jitguard.config import Settings
 
     if Settings.from_env().disabled:
         return False
@@ -203,14 +201,12 @@ def guard() -> ChoiceGuard:
     return _guard
 
 
-choices = guard  # the name earlier callers use
-
-
 def _install_build_hook() -> None:
     try:
-        import jitguard
+        # lazy: inside the shield: a hook that cannot be imported leaves the plugin without it
+        from jitguard.integrations.flashinfer import install
 
-        active = jitguard.install()
+        active = install()
     except Exception:
         log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
         return
@@ -221,6 +217,4 @@ _IMPORT_S = time.perf_counter() - IMPORT_STARTED  # the start ledger's ``import`
 
 
 def _is_config(exc: BaseException) -> bool:
-    from jitguard.errors import UsageError
-
     return isinstance(exc, UsageError)

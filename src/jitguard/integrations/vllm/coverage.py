@@ -55,6 +55,7 @@ def coverage(version: str | None = None, root: Path | None = None) -> Coverage:
 
 @functools.lru_cache(maxsize=8)
 def _coverage(version: str | None, path: tuple[str, ...] | None) -> Coverage:
+    # lazy: a cycle (the package's __init__ imports this module, and SITES is defined there)
     from jitguard.integrations.vllm import SITES
 
     search: Sequence[str] | None = list(path) if path is not None else None

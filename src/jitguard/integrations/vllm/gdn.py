@@ -174,6 +174,7 @@ def _expect_gdn_variants(vllm_config: Any) -> None:
         hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
         to_dict = getattr(hf, "to_dict", None)
         if callable(to_dict):
+            # lazy: under the shield that plans the variants, not with the plugin's import
             from jitguard.integrations.flashinfer import expect_gdn_variants
 
             dtype = getattr(model_config, "dtype", None)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
 from jitguard.decision.engine_release import Coverage, covers
 from jitguard.integrations.choices import status_of
+from jitguard.integrations.vllm import SITES, attention, coverage, predicates, sampler
 from jitguard.integrations.vllm.sites import Site
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ class Preview:
 
 
 def preview(facts: Facts) -> Preview:
-    from jitguard.integrations.vllm import SITES
-
     version = _vllm_version(facts)
     rows = []
     for choice in CHOICES:
@@ -73,7 +72,6 @@ def preview(facts: Facts) -> Preview:
         rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
     if version is None:
         return Preview(version, tuple(rows))
-    from jitguard.integrations.vllm import coverage
 
     return Preview(version, tuple(rows), coverage.coverage(version), coverage.drift_warning(version))
 
@@ -87,8 +85,6 @@ def _vllm_version(facts: Facts) -> str | None:
 
 def _named_now(key: str) -> str | None:
     """Named by this environment's variables; vLLM's flags live on its command line, out of sight here."""
-    from jitguard.integrations.vllm import attention, predicates, sampler
-
     if key == "sampler":
         return sampler.named()
     if key in ("attention", "kv-cache"):

@@ -22,6 +22,7 @@ from typing import Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
+from jitguard.config import Settings
 from jitguard.integrations import start_ledger
 from jitguard.integrations.import_hooks import PostImportHook
 
@@ -37,7 +38,7 @@ _lock = threading.Lock()
 def restore_before_start() -> Any:
     """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done);
     the outcome (``fleet.warm_start.Outcome``)."""
-    from jitguard.config import Settings
+    # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
 
     return warm_start.restore_once(
@@ -87,7 +88,7 @@ def _then_save(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _save() -> None:
-    from jitguard.config import Settings
+    # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
 
     warm_start.save_when_ready(Settings.from_env(), engine="vllm")

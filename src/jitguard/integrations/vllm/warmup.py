@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
+from jitguard.config import Settings
 from jitguard.decision.engine import GDN_PREFILL
+from jitguard.findings.catalog import make
+from jitguard.integrations.choices import Ask
 
 if TYPE_CHECKING:
     from jitguard.findings.model import Finding
@@ -138,7 +141,7 @@ def _to_triton(layer: Any, op: Any) -> None:
 def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
     """Record ``exc`` and tell the guard; True when the layers move to Triton/FLA (auto). A named FlashInfer
     raises ``ChoiceUnavailable`` (through the guard), which stops the start."""
-    from jitguard.integrations.choices import Ask
+    # lazy: a cycle (vllm.gdn imports this module at its top)
     from jitguard.integrations.vllm.gdn import FLAG, FLASHINFER, INSTEAD
 
     named = _state["requested"] == FLASHINFER
@@ -152,9 +155,10 @@ def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
 def warmup_findings(guard: ChoiceGuard, exc: BaseException, *, named: bool) -> list[Finding]:
     """``engine-warmup-failed`` for ``exc``, recorded in the failure cache under FlashInfer GDN prefill's
     name (the jitguard.gdn op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
-    from jitguard.config import Settings
-    from jitguard.findings.catalog import make
+    # lazy: the GDN op (~17 modules) loads when a warmup is judged, not at import
     from jitguard.gdn.backends.flashinfer import MODULE
+
+    # lazy: under the warmup's shield where it runs, not with the plugin's import
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     facts = guard.facts.get()
