@@ -35,10 +35,12 @@ import functools
 import importlib
 import importlib.util
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import process_facts
@@ -58,7 +60,9 @@ from jitguard.decision.sglang import (
     request_of,
 )
 from jitguard.errors import ConfigError
+from jitguard.integrations import sglang_proof
 from jitguard.integrations.choices import Ask, ChoiceGuard
+from jitguard.integrations.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -219,6 +223,7 @@ def _overwrites_decode_option() -> bool:
 # ---- the entry point --------------------------------------------------------------------------------------
 _lock = threading.RLock()
 _layout: Layout | None = None
+_backend_hook: PostImportHook | None = None
 
 
 def sglang_installed() -> bool:
@@ -271,6 +276,7 @@ def _register(facts: Facts | None) -> bool:
             if _overwrites_decode_option():
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
+        _watch_backend()
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
         import jitguard
 
@@ -279,6 +285,27 @@ def _register(facts: Facts | None) -> bool:
 
     warm_start.restore_once(Settings.from_env(), engine="sglang")  # never raises; a no-op without a store
     return layout is not None
+
+
+def _watch_backend() -> None:
+    """jitguard's proof of FlashInfer GDN prefill in each GDN attention backend (``sglang_proof``): patched as
+    SGLang imports its GDN backend module, or now where it already has."""
+    global _backend_hook
+
+    def apply(module: ModuleType) -> None:
+        shielded(
+            f"patching {module.__name__}",
+            "SGLang's GDN prefill runs unproven",
+            lambda: sglang_proof.watch(module, _guard),
+            lambda: False,
+        )
+
+    if _backend_hook is None:
+        _backend_hook = PostImportHook((sglang_proof.MODULE,), apply)
+        _backend_hook.install()
+    module = sys.modules.get(sglang_proof.MODULE)
+    if module is not None:
+        apply(module)
 
 
 def is_registered() -> bool:

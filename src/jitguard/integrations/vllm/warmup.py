@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import traceback
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -34,14 +33,15 @@ from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import GDN_PREFILL
 
 if TYPE_CHECKING:
-    from jitguard.findings.model import Finding
     from jitguard.integrations.choices import ChoiceGuard
+    from jitguard.integrations.proof import Trial
 
 log = logging.getLogger("jitguard.vllm")
 
 METHOD = "_warmup_prefill_kernels"
 TRITON = "triton"
 WHERE = "GDN prefill warmup (`_warmup_prefill_kernels`, in the profile run)"
+MOVED = "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
 _state: dict[str, Any] = {"requested": "auto"}  # one per process: the resolver site tells it
 
 
@@ -136,50 +136,17 @@ def _to_triton(layer: Any, op: Any) -> None:
 
 
 def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
-    """Record ``exc`` and tell the guard; True when the layers move to Triton/FLA (auto). A named FlashInfer
-    raises ``ChoiceUnavailable`` (through the guard), which stops the start."""
-    from jitguard.integrations.choices import Ask
+    """Record ``exc`` and tell the guard (``integrations/proof.py``, shared with jitguard's own proof call);
+    True when the layers move to Triton/FLA (auto). A named FlashInfer raises ``ChoiceUnavailable``."""
+    from jitguard.integrations.proof import WARMUP_FAILED, settle
+
+    return settle(guard, trial(), exc, code=WARMUP_FAILED)
+
+
+def trial() -> Trial:
+    """vLLM's GDN prefill as this process asked for it (the resolver site tells ``requested``)."""
+    from jitguard.integrations.proof import Trial
     from jitguard.integrations.vllm.gdn import FLAG, FLASHINFER, INSTEAD
 
-    named = _state["requested"] == FLASHINFER
-    findings = warmup_findings(guard, exc, named=named)
-    guard.failed(GDN_PREFILL, findings, announce=not named)
-    if named:
-        guard.settle([Ask(GDN_PREFILL, named=f"{FLAG} {FLASHINFER}", instead=INSTEAD)])
-    return True
-
-
-def warmup_findings(guard: ChoiceGuard, exc: BaseException, *, named: bool) -> list[Finding]:
-    """``engine-warmup-failed`` for ``exc``, recorded in the failure cache under FlashInfer GDN prefill's
-    name (the jitguard.gdn op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
-    from jitguard.config import Settings
-    from jitguard.findings.catalog import make
-    from jitguard.gdn.backends.flashinfer import MODULE
-    from jitguard.state.failure_cache import FailureCache, ttl_from_env
-
-    facts = guard.facts.get()
-    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    frames = [line.strip() for line in "".join(tail).splitlines() if line.strip().startswith("File ")]
-    then = (
-        "the start stops here, before the engine reports ready, because FlashInfer was named."
-        if named
-        else "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
-    )
-    finding = make(
-        "engine-warmup-failed",
-        backend="flashinfer",
-        evidence=[f"{type(exc).__name__}: {exc}", *frames[-3:]],
-        engine=guard.engine,
-        title=GDN_PREFILL.title,
-        where=WHERE,
-        error_type=type(exc).__name__,
-        error_message=str(exc),
-        then=then,
-        fingerprint=facts.fingerprint,
-        module=MODULE,
-    )
-    if MODULE is not None:
-        FailureCache(Settings.from_env().cache_dir, ttl=ttl_from_env()).record_failure(
-            MODULE, facts.fingerprint, [finding]
-        )
-    return [finding]
+    named = f"{FLAG} {FLASHINFER}" if _state["requested"] == FLASHINFER else None
+    return Trial(GDN_PREFILL, WHERE, named, INSTEAD, MOVED)
