@@ -46,7 +46,7 @@ log = logging.getLogger("jitguard.sglang")
 MODULE = "sglang.srt.layers.attention.linear.gdn_backend"
 CLASS = "GDNAttnBackend"
 TRITON_KERNEL = "sglang.srt.layers.attention.linear.kernels.gdn_triton"
-WHERE = "GDN attention backend set-up (`GDNAttnBackend.__init__`, jitguard's proof call)"
+WHERE = "`GDNAttnBackend.__init__`, as each model runner sets up its GDN attention backend"
 MOVED = "jitguard moved SGLang's GDN prefill to Triton before the engine serves."
 PREFILL = PHASE_CHOICES["prefill"]
 
