@@ -13,7 +13,7 @@ line. SPEC keys:
 - ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
 - ``block``: modules made unimportable before anything else (tests/breakage.py), e.g. ``["elftools"]``.
 - ``inject``: ``[probe, "raise" | "hang"]``: one of jitguard's fact probes broken on purpose.
-- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.24+) once per
+- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.21+) once per
   op, as its profile run does, on a stand-in of the GDN attention layer that holds the real op (see
   ``warm_up``); the facts with the torch stand-in then become the process's facts, so the failure cache is
   keyed on the same fingerprint the status uses.
@@ -267,6 +267,9 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
         c for c in vars(module).values() if isinstance(c, type) and "_warmup_prefill_kernels" in c.__dict__
     )
     heads, dim, chunk = 2, 128, 64
+    warm = cls.__dict__["_warmup_prefill_kernels"]
+    # 0.21 asks whether the layer has the flag at all (hasattr); 0.22+ set it False in __init__.
+    has_flag = "hasattr" not in getattr(warm, "__jitguard_original__", warm).__code__.co_names
 
     def prep(conv_output: Any, a: Any, b: Any, **kwargs: Any) -> Any:
         t = conv_output.shape[0]
@@ -284,7 +287,6 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
         layer.chunk_gated_delta_rule = op
         values = dict(
             prefix=f"model.layers.{i}.linear_attn",
-            _prefill_kernels_warmed_up=False,
             _exports_checkpoints=False,
             num_k_heads=heads,
             num_v_heads=heads,
@@ -296,6 +298,8 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
             gdn_prefill_backend=getattr(op, "gdn_prefill_backend", None),
             get_state_dtype=lambda: (torch.bfloat16, torch.float32),
         )
+        if has_flag:
+            values["_prefill_kernels_warmed_up"] = False
         for name, value in values.items():
             object.__setattr__(layer, name, value)
         layer._warmup_prefill_kernels(torch.zeros(chunk, 3 * heads * dim), 0)

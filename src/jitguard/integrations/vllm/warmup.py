@@ -1,8 +1,9 @@
 """vLLM's own GDN prefill warmup as evidence: a FlashInfer choice jitguard admitted is proven, or moved, before
 the engine reports ready.
 
-vLLM 0.24 and later warm every GDN layer's prefill kernels during the profile run
-(``_warmup_prefill_kernels`` of the GDN attention layer in ``mamba/gdn/qwen_gdn_linear_attn.py``: one
+vLLM 0.21 and later warm every GDN layer's prefill kernels during the profile run
+(``_warmup_prefill_kernels`` of the GDN attention layer, in ``mamba/gdn/qwen_gdn_linear_attn.py`` from 0.22,
+``mamba/gdn_linear_attn.py`` in 0.21: one
 ``chunk_gated_delta_rule`` call on a T=64 dummy input of the model's shapes), inside ``try/except Exception``
 that only logs a warning: a FlashInfer that cannot run (on the H100: a CUTLASS DSL that does not import, so
 ``NotImplementedError('SM90 GDN prefill DSL kernel is unavailable')``) lets the engine report ready and die at
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitguard.vllm")
 
 METHOD = "_warmup_prefill_kernels"
+FLAG = "_prefill_kernels_warmed_up"  # the layer's "warmed up already"
 TRITON = "triton"
 WHERE = "GDN prefill warmup (`_warmup_prefill_kernels`, in the profile run)"
 MOVED = "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
@@ -51,8 +53,8 @@ def requested(value: str) -> None:
 
 
 def watch(module: ModuleType, guard: ChoiceGuard) -> bool:
-    """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.24+); False where none
-    does (older releases: no warmup to watch)."""
+    """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.21+); False where none
+    does (older releases: no warmup to watch, jitguard's own proof call instead: ``vllm/proof.py``)."""
     found = False
     for value in list(module.__dict__.values()):
         if isinstance(value, type) and METHOD in value.__dict__ and value.__module__ == module.__name__:
@@ -70,7 +72,7 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
     @functools.wraps(original)
     def _warmup_prefill_kernels(self: Any, *args: Any, **kwargs: Any) -> Any:
         op: Any = getattr(self, "chunk_gated_delta_rule", None)
-        if getattr(self, "_prefill_kernels_warmed_up", False) or not _on_flashinfer(op):
+        if getattr(self, FLAG, False) or not _on_flashinfer(op):
             return original(self, *args, **kwargs)
         if guard.known_failed(GDN_PREFILL):  # an earlier layer's warmup failed: this one moves before its own
             shielded(
@@ -112,7 +114,7 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
         )
         if settled:  # auto: Triton/FLA from now on, and this layer's warmup once more, on Triton
             _to_triton(self, op)
-            self._prefill_kernels_warmed_up = False
+            _not_warmed(self, original)
             return original(self, *args, **kwargs)
         return result
 
@@ -121,6 +123,16 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
 
 def _nothing() -> None:
     return None
+
+
+def _not_warmed(layer: Any, original: Callable[..., Any]) -> None:
+    """Let ``layer``'s warmup run again: 0.22+ test a flag their ``__init__`` sets False, 0.21 test whether
+    the attribute exists at all (``hasattr``)."""
+    code = getattr(original, "__code__", None)
+    if code is not None and "hasattr" in code.co_names:
+        layer.__dict__.pop(FLAG, None)
+    else:
+        setattr(layer, FLAG, False)
 
 
 def _on_flashinfer(op: Any) -> bool:
