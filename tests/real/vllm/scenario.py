@@ -13,7 +13,7 @@ line. SPEC keys:
 - ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
 - ``block``: modules made unimportable before anything else (tests/breakage.py), e.g. ``["elftools"]``.
 - ``inject``: ``[probe, "raise" | "hang"]``: one of jitguard's fact probes broken on purpose.
-- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.21+) once per
+- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.18+) once per
   op, as its profile run does, on a stand-in of the GDN attention layer that holds the real op (see
   ``warm_up``); the facts with the torch stand-in then become the process's facts, so the failure cache is
   keyed on the same fingerprint the status uses.
@@ -269,7 +269,9 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
     heads, dim, chunk = 2, 128, 64
     warm = cls.__dict__["_warmup_prefill_kernels"]
     # 0.21 asks whether the layer has the flag at all (hasattr); 0.22+ set it False in __init__.
-    has_flag = "hasattr" not in getattr(warm, "__jitguard_original__", warm).__code__.co_names
+    code = getattr(warm, "__jitguard_original__", warm).__code__
+    has_flag = "hasattr" not in code.co_names
+    v_dim = (0,) if code.co_argcount > 2 else ()  # 0.21+: (qkv_or_qkvz, v_dim); 0.18-0.20: (mixed_qkv)
 
     def prep(conv_output: Any, a: Any, b: Any, **kwargs: Any) -> Any:
         t = conv_output.shape[0]
@@ -302,7 +304,7 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
             values["_prefill_kernels_warmed_up"] = False
         for name, value in values.items():
             object.__setattr__(layer, name, value)
-        layer._warmup_prefill_kernels(torch.zeros(chunk, 3 * heads * dim), 0)
+        layer._warmup_prefill_kernels(torch.zeros(chunk, 3 * heads * dim), *v_dim)
         found.append("flashinfer" if op._forward_method == op.forward_cuda else "triton")
     return found
 

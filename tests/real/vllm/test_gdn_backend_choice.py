@@ -231,7 +231,7 @@ def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None
     assert "jitguard" not in output
 
 
-# ---- vLLM's own GDN prefill warmup as evidence (0.21+) ------------------------------------------------------
+# ---- vLLM's own GDN prefill warmup as evidence (0.18+) ------------------------------------------------------
 # Pre-flight passes (an H200 host as the facts see it), and FlashInfer's real GDN prefill call then fails in
 # vLLM's warmup (no GPU here): a cause jitguard's verdict did not foresee. vLLM alone logs a warning and
 # reports ready; jitguard moves the layers to Triton/FLA first (auto) or stops the start (named), and records
@@ -241,7 +241,7 @@ WARMUP_FAILED = "jitguard: FlashInfer GDN prefill failed on first use: [engine-w
 
 @pytest.fixture(scope="module")
 def warmup(release: Any, situations: Any) -> tuple[dict[str, Any], str, dict[str, Any], str]:
-    if minor(release) < 21:
+    if minor(release) < 18:
         pytest.skip(f"vLLM {release.version} has no GDN prefill warmup")
     env = situations.hopper(libcuda=True)
     spec = {"requests": ["auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH, "warmup": True}
