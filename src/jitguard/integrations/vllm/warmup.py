@@ -72,13 +72,13 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
     @functools.wraps(original)
     def _warmup_prefill_kernels(self: Any, *args: Any, **kwargs: Any) -> Any:
         op: Any = getattr(self, "chunk_gated_delta_rule", None)
-        if getattr(self, FLAG, False) or not _on_flashinfer(op):
+        if getattr(self, FLAG, False) or not on_flashinfer(op):
             return original(self, *args, **kwargs)
         if guard.known_failed(GDN_PREFILL):  # an earlier layer's warmup failed: this one moves before its own
             shielded(
                 "moving a GDN layer to Triton/FLA",
                 "vLLM's choice stands",
-                lambda: _to_triton(self, op),
+                lambda: to_triton(self, op),
                 _nothing,
             )
             return original(self, *args, **kwargs)
@@ -113,7 +113,7 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
             lambda: False,
         )
         if settled:  # auto: Triton/FLA from now on, and this layer's warmup once more, on Triton
-            _to_triton(self, op)
+            to_triton(self, op)
             _not_warmed(self, original)
             return original(self, *args, **kwargs)
         return result
@@ -135,12 +135,12 @@ def _not_warmed(layer: Any, original: Callable[..., Any]) -> None:
         setattr(layer, FLAG, False)
 
 
-def _on_flashinfer(op: Any) -> bool:
+def on_flashinfer(op: Any) -> bool:
     forward_cuda = getattr(op, "forward_cuda", None)
     return forward_cuda is not None and getattr(op, "_forward_method", None) == forward_cuda
 
 
-def _to_triton(layer: Any, op: Any) -> None:
+def to_triton(layer: Any, op: Any) -> None:
     op._forward_method = op.forward_native
     for owner in (op, layer):
         if hasattr(owner, "gdn_prefill_backend"):
