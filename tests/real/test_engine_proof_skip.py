@@ -21,7 +21,7 @@ from jitguard.integrations.proof import Trial, prove
 from jitguard.state.failure_cache import FailureCache
 
 CORE = "nvidia-cutlass-dsl-libs-core"
-BY_RECORD = "proven by record, not called again"
+BY_RECORD = "proven by record, no call at"
 TRIAL = Trial(GDN_PREFILL, "a test's proof call")
 
 

@@ -348,7 +348,7 @@ class ChoiceGuard:
             return
         log.info(
             "jitguard: %s passed its proof at an earlier start with the same packages, installed files, "
-            "driver and GPU (key %s): proven by record, not called again (%s).",
+            "driver and GPU (key %s): proven by record, no call at %s.",
             choice.title,
             record,
             where,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 SCENARIO = Path(__file__).with_name("proof_scenario.py")
 CUDA_TORCH = "2.11.0+cu130"  # the one fact a CPU venv cannot have (see test_sglang_linear_attn_choice.py)
 PROOF_FAILED = "jitguard: FlashInfer linear attention prefill failed on first use: [engine-proof-failed]"
-BY_RECORD = "proven by record, not called again"
+BY_RECORD = "proven by record, no call at"
 NAMED = {"options": {"linear_attn_prefill_backend": "flashinfer"}}
 PER_RUNNER = (0, 5, 18)
 

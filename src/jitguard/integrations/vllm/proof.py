@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard
 
 METHOD = "_forward_core"
-WHERE = "profile run (the GDN layer's first `_forward_core`, jitguard's proof call)"
+WHERE = "the profile run's first GDN `_forward_core` (jitguard's proof call)"
 
 
 def watch(module: ModuleType, guard: ChoiceGuard) -> bool:
@@ -59,7 +59,7 @@ def _proven(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., A
     @functools.wraps(original)
     def _forward_core(self: Any, mixed_qkv: Any, *args: Any, **kwargs: Any) -> Any:
         op: Any = getattr(self, "chunk_gated_delta_rule", None)
-        if not warmup.on_flashinfer(op) or guard.is_proven(GDN_PREFILL):
+        if not warmup.on_flashinfer(op) or guard.is_proven(GDN_PREFILL) or _capturing():
             return original(self, mixed_qkv, *args, **kwargs)
         if guard.known_failed(GDN_PREFILL):  # an earlier layer's proof failed: this one moves without a call
             shielded(
@@ -89,6 +89,16 @@ def _proven(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., A
 
 def _no() -> None:
     return None
+
+
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured: no proof there (the profile run, before any capture, has it)."""
+    import torch
+
+    try:
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:  # a torch without CUDA, or a query this build refuses: nothing is captured
+        return False
 
 
 def trial() -> Trial:
