@@ -63,8 +63,3 @@ class ProofPasses:
             log.info("jitguard: the pass of %s's proof is not remembered: %s", choice, exc)
             return False
         return True
-
-    def forget(self) -> int:
-        """Remove every recorded pass (``jitguard cache clear``); how many files went."""
-        removed, _ = fileio.remove_each(fileio.json_files(self.root))
-        return removed
