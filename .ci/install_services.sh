@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Services the fleet tests start themselves on 127.0.0.1 (tests/services.py): redis-server from Debian.
+# Services the fleet tests start themselves on 127.0.0.1 (tests/lib/services.py): redis-server from Debian.
 # Idempotent and guarded: installs only what is missing, only as root with apt-get; otherwise says why and
 # leaves it to the tests, which then skip with a one-line reason.
 set -euo pipefail

@@ -60,7 +60,7 @@ def stub_libcuda_builder() -> Callable[..., Path]:
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty directory first on sys.path, for made-up distributions (tests/fake_dists.py)."""
+    """An empty directory first on sys.path, for made-up distributions (tests/lib/fake_dists.py)."""
     import importlib
 
     site = tmp_path / "site"

@@ -20,7 +20,9 @@ GDN_BACKENDS = ("auto", "flashinfer", "triton", "torch")
 GDN_VARIANTS = ("auto", "all")  # FlashInfer's nvcc GDN module: the instances calls need, or every one
 COMPILER_CACHES = ("auto", "sccache", "off")
 CGROUPS = ("auto", "v2", "freezer", "off")  # supervise.build_cgroup
-WARM_MODES = ("auto", "off")  # auto: restore when JITGUARD_SHARE is set, save when JITGUARD_SHARE_PUBLISH=1
+# auto: restore when JITGUARD_SHARE is set, save when JITGUARD_SHARE_PUBLISH=1; require: the same, and a compile
+# in a layer the restored snapshot covers is a must-hit miss, logged as an error (jitguard.ledger)
+WARM_MODES = ("auto", "require", "off")
 MAX_JOBS = 1024  # parallel compile jobs; also the number of host-wide slots one build may ask for
 MAX_SIZE = 1024**5  # 1 PiB: more memory than any host has, and a bound that 400-digit values cannot overflow
 MAX_DURATION_S = 366 * 86400.0  # one year
@@ -320,8 +322,10 @@ VARIABLES: dict[str, Variable] = {
             "choice",
             "`auto`",
             "`auto`: with `JITGUARD_SHARE` set, the engine plugins restore the warm snapshot at start (one "
-            "process per host) and, with `JITGUARD_SHARE_PUBLISH=1`, save it once the engine is ready; `off`: "
-            "neither ([docs/fleet.md](docs/fleet.md#warm-start-anywhere-the-whole-engine-start))",
+            "process per host) and, with `JITGUARD_SHARE_PUBLISH=1`, save it once the engine is ready; `require`: the "
+            "same, and any compile in a layer the restored (or baked-in) snapshot covers is a must-hit miss, logged "
+            "as an error with its cause and failing `jitguard starts --check`; `off`: neither "
+            "([docs/starts.md](docs/starts.md))",
             *WARM_MODES,
         ),
         _v(
@@ -353,7 +357,22 @@ VARIABLES: dict[str, Variable] = {
             "`0`: FlashInfer's CuTeDSL kernels (GDN prefill from 0.6.14) are compiled in every process again, "
             "as without jitguard, instead of once per host ([docs/cutedsl.md](docs/cutedsl.md))",
         ),
+        _v(
+            "STARTS_KEEP",
+            "count",
+            "`20`",
+            "how many engine starts' ledgers `$JITGUARD_CACHE_DIR/starts/` keeps (`jitguard starts`; "
+            "[docs/starts.md](docs/starts.md))",
+        ),
         # Set by jitguard for the processes it starts (compile launchers, sccache wrappers).
+        _v(
+            "START_ID",
+            "name",
+            "",
+            "the engine start a process records its ledger under: set by the start's first process, inherited "
+            "by the ones it starts",
+            scope="internal",
+        ),
         _v("SLOTS_DIR", "path", "", "the host's compile slots, for a compile launcher", scope="internal"),
         _v("SLOT_COUNT", "count", "", "how many compile slots a build may hold", scope="internal"),
         _v("SLOT", "count", "", "the slot a compile holds", scope="internal"),
@@ -362,7 +381,7 @@ VARIABLES: dict[str, Variable] = {
         _v("BUILD_MODULE", "text", "", "the module a compile belongs to", scope="internal"),
         _v("SCCACHE_ATTEMPT_DIR", "path", "", "where a compile reports its sccache use", scope="internal"),
         _v("SCCACHE_BIN", "path", "", "the sccache a compile runs through", scope="internal"),
-        # Read by the test suite and .ci/ (tests/release_preparation.py), never by the package.
+        # Read by the test suite and .ci/ (tests/lib/release_preparation.py), never by the package.
         _v(
             "CI_ROOT",
             "path",

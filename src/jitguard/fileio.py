@@ -444,6 +444,45 @@ def open_subdir(dir_fd: int, name: str, *, create: bool, mode: int = PRIVATE_DIR
     return os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=dir_fd)
 
 
+def open_tree_dir(
+    root: Path,
+    parts: Sequence[str],
+    policy: Policy,
+    *,
+    create: bool,
+    check_root: bool = True,
+    mode: int = PRIVATE_DIR_MODE,
+) -> int:
+    """A descriptor of ``root/parts...`` (the caller closes it): every level below ``root`` opened without
+    following a link (created ``mode`` where missing with ``create``) and checked against ``policy`` on its
+    descriptor; ``root`` itself, which may be reached through a link (the user's choice, e.g. ~/.cache on
+    another disk), is checked too with ``check_root``. Raises FileNotFoundError, ``UntrustedPath``, or OSError
+    (ELOOP or ENOTDIR: a link or a file in the way)."""
+    if create:
+        os.makedirs(root, mode=mode, exist_ok=True)
+    fd = os.open(root, _DIR)
+    current = root
+    try:
+        if check_root:
+            _check(fd, current, policy)
+        for part in parts:
+            current = current / part
+            child = open_subdir(fd, part, create=create, mode=mode)
+            os.close(fd)
+            fd = child
+            _check(fd, current, policy)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check(fd: int, path: Path, policy: Policy) -> None:
+    reasons = policy.reasons(os.fstat(fd))
+    if reasons:
+        raise UntrustedPath(path, reasons)
+
+
 def new_temp(dir_fd: int, name: str, suffix: str) -> tuple[str, int]:
     """A new private (0600) file beside ``name`` in ``dir_fd``, named ``.<name>.<pid>-<random><suffix>`` so a
     later sweep can tell one whose writer died (``sweep_dead_temps``): (its name, a write descriptor)."""
@@ -763,29 +802,9 @@ def _parent_fd(path: Path, root: Path | None, *, create: bool) -> Iterator[int]:
 
 @contextlib.contextmanager
 def _dir_fd(root: Path, parts: Sequence[str], *, create: bool) -> Iterator[int]:
-    """A descriptor of ``root/parts...``, every level checked with ``untrusted_reasons``. ``root`` itself may
-    be reached through a link (the user's choice, e.g. ~/.cache on another disk); nothing below it."""
-    if create:
-        os.makedirs(root, mode=PRIVATE_DIR_MODE, exist_ok=True)
-    fd = os.open(root, _DIR)
+    """``open_tree_dir`` under jitguard's own rule (``OWN_STATE``, ``root`` checked too), closed after."""
+    fd = open_tree_dir(root, parts, OWN_STATE, create=create)
     try:
-        _check(fd, root)
-        current = root
-        for part in parts:
-            current = current / part
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, PRIVATE_DIR_MODE, dir_fd=fd)
-            child = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = child
-            _check(fd, current)
         yield fd
     finally:
         os.close(fd)
-
-
-def _check(fd: int, path: Path) -> None:
-    reasons = untrusted_reasons(os.fstat(fd))
-    if reasons:
-        raise UntrustedPath(path, reasons)

@@ -112,6 +112,9 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     except Exception as exc:
         out["gdn_preflight"] = {"passed": False, **_failure(exc)}
 
+    from jitguard.ledger import tally
+
+    ledger = tally.begin("vllm")  # as the engine plugins begin it: the builds below count into it
     tiny = core.gen_jit_spec("jitguard_test_tiny", [tiny_source])
     loaded = tiny.build_and_load()
     out["tiny_loaded"] = type(loaded).__name__
@@ -120,6 +123,7 @@ def stub_libcuda(tiny_source: str, bad_source: str) -> dict[str, Any]:
     out["tiny_outcome"] = record.outcome if record else None
     again = build_spec(tiny, load=tiny.load)
     out["tiny_again"] = {"status": again.status, "loaded": type(again.loaded).__name__}
+    out["ledger"] = ledger.record.layers["flashinfer-nvcc"].to_json()
     out["sidecars"] = sorted(p.name for p in Path(tiny.lock_path).parent.glob("*.jitguard.json"))
 
     # FlashInfer's own build path (AOT scripts, JitSpec.build) calls run_ninja: the hook routes it too.

@@ -2,7 +2,7 @@
 this venv, through `jitguard doctor --json` in a subprocess: the DSL's files checked against their RECORD, and
 `--deep` importing the SM90 GDN prefill kernel module whose import error FlashInfer swallows.
 
-The damage is real, in a copy of the installed DSL (tests/dsl_copies.py) first on PYTHONPATH: its
+The damage is real, in a copy of the installed DSL (tests/lib/dsl_copies.py) first on PYTHONPATH: its
 ``cutlass/utils/tensormap_manager.py`` loses the deprecated ``TensorMapUpdateMode`` alias (DSL 4.8.1 announces
 its removal "in a future release"; FlashInfer 0.6.18's delta_rule_dsl still imports it from there). Without
 any GPU, FlashInfer 0.6.18 cannot be imported under a CPU-only torch (a module-level device query), so the

@@ -156,6 +156,12 @@ def test_hooked_build_and_load_builds_through_the_runner_checks_and_loads(
     assert any("[2/2]" in text and "jitguard.supervise.launcher" in text for text in logs), logs
 
 
+def test_the_start_ledger_counts_the_build_and_the_up_to_date_load(stubbed: dict[str, Any]) -> None:
+    ledger = stubbed["ledger"]
+    assert (ledger["compiled"], ledger["cached"], ledger["restored"]) == (1, 1, 0)
+    assert ledger["examples"] == ["jitguard_test_tiny"]
+
+
 def test_flashinfer_own_build_path_runs_ninja_through_the_runner(stubbed: dict[str, Any]) -> None:
     assert stubbed["direct_so"] is True
     assert stubbed["direct_logs"] == 1

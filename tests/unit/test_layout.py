@@ -16,6 +16,8 @@ PACKAGE = Path(jitguard.__file__).parent
 # `boundary` is where jitguard runs inside foreign code (the fail-safe, the one patch mechanism, the process's
 # facts): right above `findings` (its fault line is a finding), below every stage that patches;
 # `locks` (a lock with visible waits, where locks live) right above them, so every stage with side effects can take one;
+# `ledger` (the start ledger: what each JIT layer compiled, jitguard's own phases) right above `boundary`, so every
+# stage that compiles, loads or waits (fleet, flashinfer_jit, integrations) can count into it;
 # `state` is the record the build stage writes; `fleet` shares what a host compiled (store, compiler cache, warm
 # snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
 # the engine integrations use the op; the CLI sits on top of everything.
@@ -25,6 +27,7 @@ STAGES = (
     ("findings",),
     ("locks",),
     ("boundary",),
+    ("ledger",),
     ("decision",),
     ("report",),
     ("state",),

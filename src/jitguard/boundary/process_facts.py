@@ -46,6 +46,7 @@ class ProcessFacts:
         self._env: dict[str, str] | None = None  # this process's environment when they were collected
         self._failed = False
         self._lock = threading.RLock()
+        self.seconds = 0.0  # how long the one collection took (the start ledger's ``facts`` phase)
 
     def get(self) -> Facts:
         with self._lock:
@@ -61,10 +62,11 @@ class ProcessFacts:
                 self._failed = True
                 report_fault(PREFLIGHT, "the engine's own choices stand, unguarded", exc)
                 raise AlreadyReported(PREFLIGHT) from exc
+            self.seconds = time.monotonic() - started
             # One line per process: which environment the verdicts (and the failure cache) are keyed on.
             log.info(
                 "jitguard: this host's facts for FlashInfer's JIT paths, in %.1f s (fingerprint %s)",
-                time.monotonic() - started,
+                self.seconds,
                 self._facts.fingerprint,
             )
             return self._facts

@@ -13,7 +13,7 @@ from jitguard import __version__
 from jitguard.errors import EXIT_FAILURE, EXIT_USAGE, JitguardError, UsageError
 from jitguard.redaction import redact_text
 
-COMMANDS = ("doctor", "build", "cache", "gdn", "warm")
+COMMANDS = ("doctor", "build", "cache", "gdn", "warm", "starts")
 
 
 class _Parser(argparse.ArgumentParser):

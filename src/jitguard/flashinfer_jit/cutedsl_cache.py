@@ -55,6 +55,7 @@ from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.cutedsl_routes import persists_itself
 from jitguard.flashinfer_jit import cutedsl_objects
 from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
+from jitguard.ledger import tally
 from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 from jitguard.state.kernel_cache import KernelCache, KernelKey
 
@@ -151,24 +152,48 @@ def _first_use(module: ModuleType, func: Any, options: Any, memory_key: Any, sto
         cache = KernelCache(settings.cache_dir)
     except NotPersistable as exc:
         _warn_once("persist", "jitguard: %s; compiled in this process only", exc, level=logging.DEBUG)
-        return _timed(stock, describe(func, options))
+        started = time.monotonic()
+        compiled = _timed(stock, describe(func, options))
+        tally.count(
+            "cutedsl",
+            "compiled",
+            seconds=time.monotonic() - started,
+            what=describe(func, options),
+            cause=str(exc),
+        )
+        return compiled
     except Exception as exc:
         _fault("keying a CuTeDSL kernel", exc)
         return stock()
 
+    started = time.monotonic()
     loaded = _load(cache, key)
     if loaded is not None:
+        tally.count("cutedsl", "cached", seconds=time.monotonic() - started, what=key.name)
         module._in_mem_compile_cache[memory_key] = loaded
         return loaded
     lock = _take_lock(settings, key)
+    if lock is not None:
+        tally.phase("lock_waits", lock.waited)
     try:
+        started = time.monotonic()
         loaded = _load(cache, key) if lock is not None else None  # published while we waited
+        outcome = "cached"
         if loaded is None and settings.share_url:
             loaded = _fetch_shared(settings, cache, key)
+            outcome = "restored"
         if loaded is not None:
+            tally.count("cutedsl", outcome, seconds=time.monotonic() - started, what=key.name)
             module._in_mem_compile_cache[memory_key] = loaded
             return loaded
         compiled = _timed(stock, key.name)  # FlashInfer's errors are the caller's
+        tally.count(
+            "cutedsl",
+            "compiled",
+            seconds=time.monotonic() - started,
+            what=key.name,
+            cause=f"jitguard's kernel cache ({cache.root}) held no kernel for its key {key.digest[:16]}",
+        )
         kept = _publish(cache, key, compiled)
         if kept is not None and settings.share_url and settings.share_publish:
             _publish_shared(settings, key, *kept)

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from jitguard.config import Settings, format_duration, parse_jobs
 from jitguard.errors import BuildFailed, CachedBuildFailure, UsageError
 from jitguard.findings.checks import JIT_BUILD_DOOM
 from jitguard.findings.model import Finding
+from jitguard.ledger import tally
 from jitguard.locks.visible_lock import ModuleLock
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
@@ -101,6 +103,7 @@ def build_spec(
     failures = FailureCache(cache_dir, ttl=ttl_from_env(env))
     log_path = new_log_path(cache_dir, module)
     lock = ModuleLock(Path(spec.lock_path), module, timeout=settings.lock_timeout)
+    started = time.monotonic()
     with lock:
         so_path = Path(spec.jit_library_path)
         if not spec.is_ninja_generated:
@@ -146,6 +149,7 @@ def build_spec(
             loaded=loaded,
             shared=tuple(shared),
         )
+    _count(built, so_path, time.monotonic() - started)
     # After the lock: the other ranks need not wait for an upload.
     target = publish or (settings.share_url if settings.share_publish and built.status == "built" else None)
     if target:
@@ -153,6 +157,19 @@ def build_spec(
             built, shared=(*built.shared, _publish(spec, target, settings, facts, so_path))
         )
     return built
+
+
+def _count(built: BuiltModule, so_path: Path, seconds: float) -> None:
+    """The start ledger's ``flashinfer-nvcc`` layer: built here, found up to date, or fetched from the store."""
+    outcome = {"built": "compiled", "up-to-date": "cached", "fetched": "restored"}[built.status]
+    tally.phase("lock_waits", built.waited_s)
+    tally.count(
+        "flashinfer-nvcc",
+        outcome,
+        seconds=max(0.0, seconds - built.waited_s),
+        what=built.module,
+        cause=f"FlashInfer's workspace held no up-to-date {so_path.name} ({so_path.parent})",
+    )
 
 
 def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Path) -> ShareOutcome:

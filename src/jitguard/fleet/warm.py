@@ -406,31 +406,21 @@ _DISCARD = _Discard()
 
 
 def _open_parent(root: Path, directory: str, *, create: bool) -> int | str:
-    """A descriptor of ``root/directory``, every level below ``root`` opened without following a link and
-    trusted (``fileio.PUBLISHED``; missing ones created 0700 with ``create``). A string says why not:
+    """A descriptor of ``root/directory`` (``fileio.open_tree_dir`` under ``fileio.PUBLISHED``, ``root`` judged
+    by the caller's ``trusted_root``; missing levels created 0700 with ``create``). A string says why not:
     'missing', 'a link in the way', 'a directory of another user or that others can write', or an OS error."""
+    parts = directory.split("/") if directory else []
     try:
-        if create:
-            os.makedirs(root, mode=_DIR_MODE, exist_ok=True)
-        fd = fileio.open_dir(root)
+        return fileio.open_tree_dir(
+            root, parts, fileio.PUBLISHED, create=create, check_root=False, mode=_DIR_MODE
+        )
     except FileNotFoundError:
         return "missing"
+    except fileio.UntrustedPath:
+        return "a directory of another user or that others can write"
     except OSError as exc:
-        return f"cannot open the cache root ({exc.strerror or exc})"
-    for part in directory.split("/") if directory else ():
-        try:
-            child = fileio.open_subdir(fd, part, create=create, mode=_DIR_MODE)
-        except FileNotFoundError:
-            os.close(fd)
-            return "missing"
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                return "a link in the way"
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "a link in the way"
+        if exc.filename in parts:  # a level below the root (os.mkdir or os.open relative to its parent)
             return f"cannot write ({exc.strerror or exc})"
-        os.close(fd)
-        fd = child
-        if fileio.PUBLISHED.reasons(os.fstat(fd)):
-            os.close(fd)
-            return "a directory of another user or that others can write"
-    return fd
+        return f"cannot open the cache root ({exc.strerror or exc})"

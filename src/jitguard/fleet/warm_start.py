@@ -30,7 +30,7 @@ from jitguard.errors import LockTimeout, LockUnavailable
 from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore, describe_url
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
-from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, listing, stack_key
+from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, layer_root, listing, stack_key
 from jitguard.fleet.warm import (
     NothingToSave,
     Restored,
@@ -40,6 +40,7 @@ from jitguard.fleet.warm import (
     restore,
     save,
 )
+from jitguard.ledger import tally
 from jitguard.locks.lock_dir import lock_dir
 from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 
@@ -66,6 +67,7 @@ class Outcome:
     saved: Saved | None = None
     waited: float = 0.0
     signature: Seal | None = None  # the store's manifest's, where one was read
+    layers: tuple[str, ...] = ()  # the cache layers of the snapshot restored or found here
 
 
 def host_arch(settings: Settings) -> str | None:
@@ -112,9 +114,12 @@ def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None =
         earlier = _tried.get(attempt)
         if earlier is not None:
             return Outcome(earlier.action, f"tried earlier in this process: {earlier.detail}")
+    started = time.monotonic()
     try:
         stack = _this_stack(settings, arch)
         outcome = stack if isinstance(stack, Outcome) else _restore_locked(settings, stack, engine)
+        if outcome.action == "skipped" and settings.share_url is None:
+            outcome = baked(settings, arch) or outcome
     except Exception as exc:  # a fault of jitguard's own is still only a cold start
         log.warning(
             "jitguard: warm start skipped: %s: %s; the engine compiles as without jitguard",
@@ -122,9 +127,33 @@ def restore_once(settings: Settings, *, engine: str = "vllm", arch: str | None =
             exc,
         )
         outcome = Outcome("failed", f"{type(exc).__name__}: {exc}")
+    tally.phase("lock_waits", outcome.waited)
+    tally.phase("restore", time.monotonic() - started - outcome.waited)
     with _lock:
         _tried[attempt] = outcome
     return outcome
+
+
+def baked(settings: Settings, arch: str | None = None) -> Outcome | None:
+    """The snapshot a ``jitguard warm restore`` put on this host before the engine started (a Docker image
+    layer: no store at serving time), as its marker names it; None when there is none for this stack. No GPU
+    is asked: the marker's name holds the stack digest (which no arch changes) and the arch."""
+    markers = [p for p in fileio.json_files(settings.cache_dir / "warm") if p.name.startswith("restored-")]
+    if not markers:
+        return None
+    digest = stack_key("sm_90").digest  # the arch is not part of the digest
+    wanted = arch or (arch_of(settings.warm_arch) if settings.warm_arch else None)  # ``arch``: sm_90 already
+    for path in markers:
+        middle = path.name[len("restored-") : -len(".json")]
+        if not middle.startswith(f"{digest}-") or not middle.endswith(f"-{settings.warm_name}"):
+            continue
+        if wanted is not None and middle != f"{digest}-{wanted}-{settings.warm_name}":
+            continue
+        seen = fileio.read_json(path, root=settings.cache_dir)
+        if seen is not None and seen.get("schema") == MARKER_SCHEMA:
+            layers = tuple(str(x) for x in seen.get("layers") or () if x in LAYER_NAMES)
+            return Outcome("present", "restored on this host before the engine started", layers=layers)
+    return None
 
 
 def restore_now(settings: Settings, *, arch: str) -> Outcome:
@@ -230,7 +259,11 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
             gone = _first_missing(snapshot, caches)
             if gone is None:
                 return Outcome(
-                    "present", "restored on this host already", waited=lock.waited, signature=signed
+                    "present",
+                    "restored on this host already",
+                    waited=lock.waited,
+                    signature=signed,
+                    layers=tuple(snapshot.roots),
                 )
             log.info("jitguard: the warm snapshot was restored here, but %s is gone: restoring again", gone)
         log.info(
@@ -254,13 +287,21 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
         text = describe_restored(restored)
         if not restored.complete:
             log.warning("jitguard: %s", text)
-            return Outcome("partial", text, restored=restored, waited=lock.waited, signature=signed)
+            return Outcome(
+                "partial",
+                text,
+                restored=restored,
+                waited=lock.waited,
+                signature=signed,
+                layers=tuple(snapshot.roots),
+            )
         fileio.write_json(
             marker,
             {
                 "schema": MARKER_SCHEMA,
                 "manifest_sha256": manifest_sha,
                 "files": len(snapshot.files),
+                "layers": sorted(snapshot.roots),
                 "landed": restored.landed,
                 "time": time.time(),
                 "pid": os.getpid(),
@@ -268,14 +309,21 @@ def _restore_locked(settings: Settings, stack: StackKey, engine: str) -> Outcome
             root=settings.cache_dir,
         )
         log.info("jitguard: %s", text)
-        return Outcome("restored", text, restored=restored, waited=lock.waited, signature=signed)
+        return Outcome(
+            "restored",
+            text,
+            restored=restored,
+            waited=lock.waited,
+            signature=signed,
+            layers=tuple(snapshot.roots),
+        )
     finally:
         lock.release()
 
 
 def _first_missing(snapshot: Any, caches: tuple[CacheLayer, ...]) -> str | None:
     """The first file of ``snapshot`` that is not in its cache here (one ``lstat`` per file), or None."""
-    roots = {cache.name: Path(os.path.abspath(os.path.expanduser(cache.root))) for cache in caches}
+    roots = {cache.name: layer_root(cache) for cache in caches}
     for entry in snapshot.files:
         root = roots.get(entry.layer)
         if root is not None and not os.path.lexists(root / entry.path):
@@ -387,7 +435,8 @@ def save_when_ready(settings: Settings, *, engine: str = "vllm") -> threading.Th
             log.info("jitguard: another process on this host is saving the warm snapshot")
             return
         try:
-            save_now(settings, engine=engine, only_if_new=True)
+            with tally.timed("save"):
+                save_now(settings, engine=engine, only_if_new=True)
         finally:
             lock.release()
 

@@ -39,6 +39,7 @@ from jitguard.decision.engine import (
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
+from jitguard.ledger import tally
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -256,7 +257,11 @@ class ChoiceGuard:
     def status(self, choice: Choice) -> ChoiceStatus:
         with self._lock:
             if choice.key not in self._statuses:
+                facts_before = self.facts.seconds
+                started = time.perf_counter()
                 self._statuses[choice.key] = self._status(choice)
+                # The verdict's own time: the facts it collected on the way are their own phase.
+                tally.phase("verdict", time.perf_counter() - started - (self.facts.seconds - facts_before))
             return self._statuses[choice.key]
 
     def _status(self, choice: Choice) -> ChoiceStatus:

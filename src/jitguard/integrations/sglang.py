@@ -37,6 +37,7 @@ import importlib.util
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ from jitguard.decision.sglang import (
     request_of,
 )
 from jitguard.errors import ConfigError
-from jitguard.integrations import sglang_proof
+from jitguard.integrations import IMPORT_STARTED, sglang_proof
 from jitguard.integrations.choices import Ask, ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
 
@@ -221,6 +222,7 @@ def _overwrites_decode_option() -> bool:
 
 
 # ---- the entry point --------------------------------------------------------------------------------------
+_IMPORT_S = time.perf_counter() - IMPORT_STARTED  # the start ledger's ``import`` phase: the plugin's import
 _lock = threading.RLock()
 _layout: Layout | None = None
 _backend_hook: PostImportHook | None = None
@@ -282,8 +284,14 @@ def _register(facts: Facts | None) -> bool:
 
         log.debug("jitguard: FlashInfer JIT build hook %s", "active" if jitguard.install() else "not active")
     from jitguard.fleet import warm_start
+    from jitguard.integrations import sglang_ready, start_ledger
 
-    warm_start.restore_once(Settings.from_env(), engine="sglang")  # never raises; a no-op without a store
+    start_ledger.begin("sglang", import_s=_IMPORT_S)
+    sglang_ready.watch()
+    outcome = warm_start.restore_once(
+        Settings.from_env(), engine="sglang"
+    )  # never raises; no-op without a store
+    start_ledger.covered_by(outcome, "sglang")
     return layout is not None
 
 

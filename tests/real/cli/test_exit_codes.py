@@ -36,6 +36,7 @@ EXPECTED: dict[tuple[str, ...], tuple[tuple[str, ...], int]] = {
     ("warm", "save"): (("--arch", "9.0", "--store", "file://{project}", "--layers", "jitguard"), 1),
     ("warm", "show"): (("--arch", "9.0"), 0),
     ("warm", "keygen"): (("--out", "{project}/signing.key"), 0),  # a new file; an existing one: 2
+    ("starts",): ((), 0),  # no start recorded yet is no failure; `--check` is (tests/real/ledger)
 }
 
 

@@ -1,6 +1,6 @@
 """Real SGLang releases for the plugin tests, each with the FlashInfer it pins, prepared by .ci/install_sglang.sh
 (the same script CI runs; cached, so calling it again costs a moment; all releases at once, in parallel, when a
-test first needs one: tests/release_preparation.py), and the hosts the tests put them on."""
+test first needs one: tests/lib/release_preparation.py), and the hosts the tests put them on."""
 
 from __future__ import annotations
 

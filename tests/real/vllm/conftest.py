@@ -3,7 +3,7 @@ same script CI runs; cached, so calling it again costs a moment), and the machin
 them in.
 
 The first test that needs a release starts the preparation of all of them (in parallel, minutes the first
-time; tests/release_preparation.py): the progress lines show in the terminal while a test waits, and a release
+time; tests/lib/release_preparation.py): the progress lines show in the terminal while a test waits, and a release
 that cannot be prepared skips (fails, under CI=true) only its own tests, with one line saying why; the full
 pip output stays in ``<root>/<version>.log``."""
 

@@ -11,7 +11,7 @@ line. SPEC keys:
   environment. Without it the plugin's default status provider runs unchanged.
 - ``failure``: a finding code recorded in jitguard's real failure cache for FlashInfer GDN before vLLM starts.
 - ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
-- ``block``: modules made unimportable before anything else (tests/breakage.py), e.g. ``["elftools"]``.
+- ``block``: modules made unimportable before anything else (tests/lib/breakage.py), e.g. ``["elftools"]``.
 - ``inject``: ``[probe, "raise" | "hang"]``: one of jitguard's fact probes broken on purpose.
 - ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.18+) once per
   op, as its profile run does, on a stand-in of the GDN attention layer that holds the real op (see

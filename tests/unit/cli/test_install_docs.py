@@ -13,8 +13,9 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[3]
 FROM_AN_INDEX = re.compile(r"pip install\s+(-U\s+)?['\"]?jitguard\b")
-# Imported only inside an engine release the tests prepare (its own site directory), never from the test venv.
-FROM_A_RELEASE = {"transformers"}
+# Imported only from what the tests prepare themselves, never from the test venv: transformers inside an engine
+# release, triton under JITGUARD_TRITON_ROOT (tests/triton_release.py; torch's CPU build brings none).
+FROM_A_RELEASE = {"transformers", "triton"}
 
 
 def test_no_page_installs_jitguard_from_an_index() -> None:

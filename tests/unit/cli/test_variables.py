@@ -60,7 +60,7 @@ def test_every_jitguard_name_the_tests_and_ci_read_is_in_the_table() -> None:
 
 
 def test_everything_the_tests_prepare_moves_with_jitguard_ci_root() -> None:
-    """/tmp/jitguard-ci is written once, as JITGUARD_CI_ROOT's default (tests/release_preparation.py, and in
+    """/tmp/jitguard-ci is written once, as JITGUARD_CI_ROOT's default (tests/lib/release_preparation.py, and in
     each .ci script as ${JITGUARD_CI_ROOT:-/tmp/jitguard-ci}); every other root derives from it."""
     places = [
         f"{path.relative_to(ROOT)}: {line.strip()}"

@@ -1,6 +1,6 @@
 """The nvidia-cutlass-dsl RECORD check on real installed distributions: small ones made in a temporary site
-directory (tests/fake_dists.py, files and RECORD as pip writes them), the real DSL 4.8.x that flashinfer-python
-brought into this venv, and a copy of it with a file damaged for real (tests/dsl_copies.py)."""
+directory (tests/lib/fake_dists.py, files and RECORD as pip writes them), the real DSL 4.8.x that flashinfer-python
+brought into this venv, and a copy of it with a file damaged for real (tests/lib/dsl_copies.py)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def test_a_dsl_probe_that_raises_is_an_unavailable_fact_not_a_crash(
     def broken(*args: object, **kwargs: object) -> None:
         raise PermissionError("[Errno 13] Permission denied: 'RECORD'")
 
-    monkeypatch.setattr(dsl_install, "probe", broken)  # what tests/breakage.py's inject does in a child
+    monkeypatch.setattr(dsl_install, "probe", broken)  # what tests/lib/breakage.py's inject does in a child
     make_dist(site, "flashinfer-python", "0.6.18", requires=("nvidia-cutlass-dsl>=4.6.2a0",))
     env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     facts = collect(env, cache_dir=tmp_path / "cache")

@@ -1,5 +1,5 @@
 """Where ``import cutlass`` would find the DSL, read from a path with nothing imported: a real copy of this venv's
-nvidia-cutlass-dsl (tests/dsl_copies.py), its packages on the path or not, and another project's ``cutlass``."""
+nvidia-cutlass-dsl (tests/lib/dsl_copies.py), its packages on the path or not, and another project's ``cutlass``."""
 
 from __future__ import annotations
 

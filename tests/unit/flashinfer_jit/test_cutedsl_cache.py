@@ -426,3 +426,31 @@ def test_a_store_that_is_not_there_is_one_warning_and_a_local_compile(
         compiled = module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert isinstance(compiled, Compiled) and len(KernelCache(tmp_path / "host-a").entries()) == 1
     assert "there is no store at" in caplog.text
+
+
+def test_the_start_ledger_counts_each_compile_load_and_fetch(
+    dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from jitguard.ledger import tally
+
+    monkeypatch.delenv(tally.START_ID, raising=False)
+    tally.forget()
+    try:
+        ledger = tally.begin("vllm")
+        compiles: list[bytes] = []
+        cutedsl_cache.route(first := flashinfer_like(compiles))
+        first.cached_compile(Kernel(), compile_options=OPTIONS)  # compiled and kept
+        cutedsl_cache.route(later := flashinfer_like(compiles))
+        later.cached_compile(Kernel(), compile_options=OPTIONS)  # loaded from the kernel cache
+        counts = ledger.record.layers["cutedsl"]
+        assert (counts.compiled, counts.cached, counts.restored) == (1, 1, 0)
+        assert len(counts.examples) == 1
+        tally.forget()
+        ledger = tally.begin("vllm")
+        _published_by_host_a(monkeypatch, tmp_path)  # another host's compile, published
+        _on_host(monkeypatch, tmp_path / "host-b", tmp_path / "store", publish=False)
+        cutedsl_cache.route(module := flashinfer_like(compiles))
+        module.cached_compile(Kernel(), compile_options=OPTIONS)
+        assert ledger.record.layers["cutedsl"].restored == 1
+    finally:
+        tally.forget()

@@ -12,7 +12,7 @@ from jitguard.integrations import vllm as plugin
 
 @pytest.fixture
 def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A temp dir on ``sys.path`` for a stand-in ``vllm`` (tests/stand_in_vllm.py); afterwards the plugin is
+    """A temp dir on ``sys.path`` for a stand-in ``vllm`` (tests/lib/stand_in_vllm.py); afterwards the plugin is
     unregistered and every ``vllm`` module forgotten."""
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("JITGUARD_DISABLE", raising=False)

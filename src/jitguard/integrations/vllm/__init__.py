@@ -31,6 +31,7 @@ import importlib.util
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -38,9 +39,10 @@ from typing import TYPE_CHECKING
 from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import normalise_request
+from jitguard.integrations import IMPORT_STARTED, start_ledger
 from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm
+from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm, worker_ready
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
 
@@ -165,7 +167,9 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
                     _apply(module)
             _install_build_hook()
             warm.save_when_ready()
-    warm.restore_before_start()
+            worker_ready.watch()
+    start_ledger.begin(ENGINE.lower(), import_s=_IMPORT_S)
+    start_ledger.covered_by(warm.restore_before_start(), ENGINE.lower())
     return True
 
 
@@ -184,6 +188,8 @@ def unregister() -> None:
         process_facts.replace()
         _guard.set_facts()
         warm.undo()
+        worker_ready.undo()
+        start_ledger.undo()
         coverage.forget()
 
 
@@ -209,6 +215,9 @@ def _install_build_hook() -> None:
         log.debug("jitguard: FlashInfer build hook not available", exc_info=True)
         return
     log.debug("jitguard: FlashInfer JIT build hook %s", "active" if active else "not active")
+
+
+_IMPORT_S = time.perf_counter() - IMPORT_STARTED  # the start ledger's ``import`` phase: the plugin's import
 
 
 def _is_config(exc: BaseException) -> bool:

@@ -1,5 +1,6 @@
 """vLLM's start, warm from the fleet (``integrations.warm_start``): restored when the plugin registers, before
-anything compiles; saved once the engine core has initialised its KV caches.
+anything compiles; saved once the engine core has initialised its KV caches, which is also where the engine
+core's start ledger is closed (``integrations.start_ledger``: the line in the log, the file).
 
 ``EngineCore._initialize_kv_caches`` (vLLM 0.21 - 0.34, ``vllm/v1/engine/core.py``) returns after the profile
 run, torch.compile and CUDA graph capture: every JIT cache of the start is filled then. jitguard wraps it on
@@ -21,6 +22,7 @@ from typing import Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
+from jitguard.integrations import start_ledger
 from jitguard.integrations.import_hooks import PostImportHook
 
 log = logging.getLogger("jitguard.vllm")
@@ -32,12 +34,15 @@ _hook: PostImportHook | None = None
 _lock = threading.Lock()
 
 
-def restore_before_start() -> None:
-    """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done)."""
+def restore_before_start() -> Any:
+    """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done);
+    the outcome (``fleet.warm_start.Outcome``)."""
     from jitguard.config import Settings
     from jitguard.fleet import warm_start
 
-    warm_start.restore_once(Settings.from_env(), engine="vllm")  # never raises; a no-op without a store
+    return warm_start.restore_once(
+        Settings.from_env(), engine="vllm"
+    )  # never raises; a no-op without a store
 
 
 def save_when_ready() -> None:
@@ -73,6 +78,8 @@ def _then_save(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def initialize_then_save(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
+        config = args[0] if args else kwargs.get("vllm_config")
+        start_ledger.ready("engine-core", compilation_config=getattr(config, "compilation_config", None))
         shielded("saving the warm snapshot", "this start is not saved", _save, lambda: None)
         return result
 

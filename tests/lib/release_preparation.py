@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PREPARE_ONE_TIMEOUT = 1800  # seconds: one release, cold, on a busy 2-core machine
 # Everything the tests prepare (engine releases, the package pool, FlashInfer releases, Triton's stand-ins) lies
 # under one root, JITGUARD_CI_ROOT; each part can still be moved on its own (README.md, "The two commands").

@@ -1,0 +1,198 @@
+"""What the ledger reads from each tool's own hooks and counters (never from its log lines), given the tool's
+module objects by the engine integration that found them; nothing here imports a tool.
+
+| layer | read from | versions |
+|---|---|---|
+| ``triton`` | ``triton.knobs.compilation.listener`` (called per kernel with ``cache_hit`` and the compile times), chained with a listener already set | Triton 3.4+ (its knobs); older Triton: not counted, said in the record's notes |
+| ``triton-autotune`` | ``Autotuner.check_disk_cache`` (wrapped: True = results loaded, False = benchmarked) | Triton 3.4+, where ``TRITON_CACHE_AUTOTUNING=1`` (vLLM turns it on) |
+| ``inductor`` | ``torch._dynamo.utils.counters``: ``inductor.fxgraph_cache_{hit,miss,bypass}``; seconds from ``compilation_time_metrics['OutputGraph.call_user_compiler']`` | torch 2.4+ |
+| ``torch-compile`` (vLLM) | ``vllm.compilation.counter.compilation_counter`` (``num_inductor_compiles``, ``num_aot_compiles``, ``num_compiled_artifacts_loaded``, ``num_aot_artifacts_loaded``); seconds from ``compilation_config.compilation_time`` | vLLM 0.21+ (fields absent in a release read as 0) |
+
+Counters are read as the difference between ``begin`` and ready, so what a process compiled before the engine
+started (a test, a notebook) is not this start's.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jitguard.boundary import patches
+from jitguard.ledger import tally
+
+INDUCTOR_COMPILED = (("inductor", "fxgraph_cache_miss"), ("inductor", "fxgraph_cache_bypass"))
+# An AOTAutograd cache hit loads its graph through the FX graph cache, which counts the hit: counted once.
+INDUCTOR_CACHED = (("inductor", "fxgraph_cache_hit"),)
+INDUCTOR_SECONDS = "OutputGraph.call_user_compiler"
+# vLLM's compilation counter module (later releases moved it, keeping the old name as an alias).
+VLLM_COUNTER_MODULES = ("vllm.compilation.counter", "vllm.backends.compiler.counter")
+VLLM_COMPILED = ("num_inductor_compiles", "num_aot_compiles")
+VLLM_CACHED = ("num_compiled_artifacts_loaded", "num_aot_artifacts_loaded")
+_MARK = "__jitguard_ledger__"
+
+
+# ---- Triton ------------------------------------------------------------------------------------------------
+def watch_triton(knobs: Any, autotuner: Any = None) -> str:
+    """Count Triton's kernels through its compilation listener (and autotune runs through ``autotuner``, the
+    ``triton.runtime.autotuner`` module, where given); what was installed, as a note for the record."""
+    compilation = getattr(knobs, "compilation", None)
+    if compilation is None or not hasattr(compilation, "listener"):
+        return "Triton: this release has no compilation listener (3.4+ has one): its kernels are not counted"
+    previous = compilation.listener
+    if not getattr(previous, _MARK, False):
+        compilation.listener = _listener(previous, cache_dir=_triton_cache_dir(knobs))
+    said = "Triton: kernels counted through knobs.compilation.listener"
+    cls = getattr(autotuner, "Autotuner", None)
+    if cls is not None and callable(getattr(cls, "check_disk_cache", None)):
+        patches.wrap(cls, "check_disk_cache", _counted_autotune)
+        said += ", autotune runs through Autotuner.check_disk_cache"
+    return said
+
+
+def _triton_cache_dir(knobs: Any) -> str:
+    try:
+        return str(knobs.cache.dir)
+    except Exception:
+        return os.environ.get("TRITON_CACHE_DIR", "~/.triton/cache")
+
+
+def _listener(previous: Callable[..., Any] | None, *, cache_dir: str) -> Callable[..., Any]:
+    def listener(
+        *, src: Any = None, metadata: Any = None, times: Any = None, cache_hit: bool = False, **kwargs: Any
+    ) -> None:
+        try:
+            seconds = float(getattr(times, "total", 0) or 0) / 1e6  # Triton gives microseconds
+            name = str(getattr(src, "name", "") or "kernel")
+            key = str((metadata or {}).get("hash", ""))[:16] if isinstance(metadata, Mapping) else ""
+            cause = f"Triton's cache ({cache_dir}) has no kernel for its key {key}" if key else ""
+            tally.count(
+                "triton", "cached" if cache_hit else "compiled", seconds=seconds, what=name, cause=cause
+            )
+        except Exception:
+            pass  # counting never breaks a compile
+        if previous is not None:
+            previous(src=src, metadata=metadata, times=times, cache_hit=cache_hit, **kwargs)
+
+    setattr(listener, _MARK, True)
+    return listener
+
+
+def _counted_autotune(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def check_disk_cache(self: Any, tuning_key: Any, configs: Any, bench_fn: Any) -> Any:
+        started = time.perf_counter()
+        loaded = original(self, tuning_key, configs, bench_fn)
+        try:
+            name = str(getattr(getattr(self, "base_fn", None), "__name__", "") or "kernel")
+            tally.count(
+                "triton-autotune",
+                "cached" if loaded else "compiled",
+                seconds=time.perf_counter() - started,
+                what=f"{name} {tuning_key}",
+                cause="Triton's cache holds no autotune results for this kernel, key and config list",
+            )
+        except Exception:
+            pass
+        return loaded
+
+    return check_disk_cache
+
+
+# ---- Inductor ----------------------------------------------------------------------------------------------
+def inductor_readings() -> dict[str, float] | None:
+    """Inductor's cache counters and compile seconds now, or None when torch has not been imported (nothing
+    is imported to ask)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return None
+    readings: dict[str, float] = {}
+    for group, name in (*INDUCTOR_COMPILED, *INDUCTOR_CACHED):
+        readings[f"{group}.{name}"] = float(counters.get(group, {}).get(name, 0))
+    metrics = getattr(utils, "compilation_time_metrics", {}) or {}
+    readings["seconds"] = float(sum(metrics.get(INDUCTOR_SECONDS, ()) or ()))
+    return readings
+
+
+def count_inductor(before: Mapping[str, float] | None, cache_dir: str) -> None:
+    """Count what Inductor did since ``before`` (None: since torch was imported)."""
+    now = inductor_readings()
+    if now is None:
+        return
+    base = before or {}
+    delta = {k: max(0.0, v - base.get(k, 0.0)) for k, v in now.items()}
+    compiled = int(sum(delta[f"{g}.{n}"] for g, n in INDUCTOR_COMPILED))
+    cached = int(sum(delta[f"{g}.{n}"] for g, n in INDUCTOR_CACHED))
+    seconds = delta["seconds"]
+    share = seconds * compiled / (compiled + cached) if compiled + cached else 0.0
+    tally.count(
+        "inductor",
+        "compiled",
+        n=compiled,
+        seconds=share,
+        what=f"{compiled} FX graph(s)",
+        cause=f"Inductor's FX graph cache ({cache_dir}) held no graph for their keys (Inductor does not say which "
+        "part of a key differed; TORCH_LOGS=+inductor logs the key's components)",
+    )
+    tally.count("inductor", "cached", n=cached, seconds=seconds - share)
+
+
+# ---- vLLM's torch.compile ---------------------------------------------------------------------------------
+def vllm_readings() -> dict[str, float] | None:
+    """vLLM's compilation counter now, or None when vLLM's compilation package is not loaded."""
+    counter = next(
+        (
+            getattr(sys.modules[name], "compilation_counter", None)
+            for name in VLLM_COUNTER_MODULES
+            if name in sys.modules
+        ),
+        None,
+    )
+    if counter is None:
+        return None
+    return {name: float(getattr(counter, name, 0) or 0) for name in (*VLLM_COMPILED, *VLLM_CACHED)}
+
+
+def count_vllm(before: Mapping[str, float] | None, compilation_config: Any = None) -> None:
+    """Count what vLLM's torch.compile did since ``before``, with its own compile time where
+    ``compilation_config`` (the engine's ``CompilationConfig``) has it."""
+    now = vllm_readings()
+    if now is None:
+        return
+    base = before or {}
+    compiled = int(sum(max(0.0, now[k] - base.get(k, 0.0)) for k in VLLM_COMPILED))
+    cached = int(sum(max(0.0, now[k] - base.get(k, 0.0)) for k in VLLM_CACHED))
+    seconds = float(getattr(compilation_config, "compilation_time", 0.0) or 0.0)
+    tally.count(
+        "torch-compile",
+        "compiled",
+        n=compiled,
+        seconds=seconds if compiled else 0.0,
+        what=f"{compiled} piecewise graph(s)",
+        cause=vllm_miss_cause(compilation_config),
+    )
+    tally.count("torch-compile", "cached", n=cached, seconds=0.0 if compiled else seconds)
+
+
+def vllm_miss_cause(compilation_config: Any) -> str:
+    """Why vLLM compiled, as far as its cache directories say: this start's key directory and the others
+    beside it (a restored one under another key means a part of vLLM's cache key differs here)."""
+    cache_dir = str(getattr(compilation_config, "cache_dir", "") or "")
+    if not cache_dir:
+        return "vLLM's compile cache held no artifacts for this start's key"
+    here = Path(cache_dir)
+    try:
+        others = sorted(p.name for p in here.parent.iterdir() if p.is_dir() and p.name != here.name)
+    except OSError:
+        others = []
+    if others:
+        return (
+            f"vLLM's compile-cache key here is {here.name}, the cache holds {', '.join(others[:3])}: a part of the "
+            "key differs on this host (a path under another cache root: vllm #52154)"
+        )
+    return f"vLLM's compile cache has no entry for key {here.name} ({here.parent})"
