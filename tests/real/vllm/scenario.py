@@ -133,7 +133,7 @@ def qwen3_next_config(directory: Path) -> Path:
 
 
 def break_jitguard(spec: dict[str, Any]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for breakage.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))  # tests/lib, for breakage.py
     import breakage
 
     if spec.get("block"):
