@@ -274,13 +274,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ): "the hook, inside register()'s shield",
     ("integrations/sglang.py", "jitguard.integrations.flashinfer"): "the hook, inside register()'s shield",
     (
-        "integrations/vllm/warmup.py",
-        "jitguard.state.failure_cache",
-    ): "under the warmup's shield, where it runs",
-    (
-        "integrations/vllm/warmup.py",
+        "integrations/proof.py",
         "jitguard.gdn.backends.flashinfer",
-    ): "the GDN op, when a warmup is judged",
+    ): "the GDN op, when a failed proof or warmup is recorded",
     ("integrations/vllm/warm.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
     ("integrations/sglang.py", "jitguard.fleet"): "the fleet, when a restore runs",
 }

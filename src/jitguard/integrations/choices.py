@@ -344,14 +344,24 @@ class ChoiceGuard:
         with self._lock:
             return choice.key in self._failed
 
-    def proven(self, choice: Choice, where: str) -> None:
-        """``choice`` ran in this process (``where``: e.g. the engine's own warmup): proven, not presumed.
-        Said once."""
+    def proven(self, choice: Choice, where: str, *, record: str | None = None) -> None:
+        """``choice`` ran in this process (``where``: e.g. the engine's own warmup): proven, not presumed;
+        ``record``: it was not called, a pass of its proof is recorded under this key (the same packages,
+        installed files, driver and GPU). Said once."""
         with self._lock:
             if choice.key in self._proven:
                 return
             self._proven.add(choice.key)
-        log.info("jitguard: %s ran in %s's %s: proven here.", choice.title, self.engine, where)
+        if record is None:
+            log.info("jitguard: %s ran in %s's %s: proven here.", choice.title, self.engine, where)
+            return
+        log.info(
+            "jitguard: %s passed its proof at an earlier start with the same packages, installed files, "
+            "driver and GPU (key %s): proven by record, no call at %s.",
+            choice.title,
+            record,
+            where,
+        )
 
     def is_proven(self, choice: Choice) -> bool:
         with self._lock:

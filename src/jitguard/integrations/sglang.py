@@ -35,11 +35,13 @@ import functools
 import importlib
 import importlib.util
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import process_facts
@@ -61,8 +63,9 @@ from jitguard.decision.sglang import (
     request_of,
 )
 from jitguard.errors import ConfigError
-from jitguard.integrations import IMPORT_STARTED, sglang_ready, start_ledger
+from jitguard.integrations import IMPORT_STARTED, sglang_proof, sglang_ready, start_ledger
 from jitguard.integrations.choices import Ask, ChoiceGuard, gdn_status, status_of
+from jitguard.integrations.import_hooks import PostImportHook
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -224,6 +227,7 @@ def _overwrites_decode_option() -> bool:
 _IMPORT_S = time.perf_counter() - IMPORT_STARTED  # the start ledger's ``import`` phase: the plugin's import
 _lock = threading.RLock()
 _layout: Layout | None = None
+_backend_hook: PostImportHook | None = None
 
 
 def sglang_installed() -> bool:
@@ -275,6 +279,7 @@ def _register(facts: Facts | None) -> bool:
             if _overwrites_decode_option():
                 HookRegistry.register(REQUEST_HOOK, keep_request, HookType.BEFORE)
             _layout = layout
+        _watch_backend()
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
         # lazy: inside register()'s shield: a hook that cannot be imported leaves the plugin without it
         from jitguard.integrations.flashinfer import install
@@ -290,6 +295,27 @@ def _register(facts: Facts | None) -> bool:
     )  # never raises; no-op without a store
     start_ledger.covered_by(outcome, "sglang")
     return layout is not None
+
+
+def _watch_backend() -> None:
+    """jitguard's proof of FlashInfer GDN prefill in each GDN attention backend (``sglang_proof``): patched as
+    SGLang imports its GDN backend module, or now where it already has."""
+    global _backend_hook
+
+    def apply(module: ModuleType) -> None:
+        shielded(
+            f"patching {module.__name__}",
+            "SGLang's GDN prefill runs unproven",
+            lambda: sglang_proof.watch(module, _guard),
+            lambda: False,
+        )
+
+    if _backend_hook is None:
+        _backend_hook = PostImportHook((sglang_proof.MODULE,), apply)
+        _backend_hook.install()
+    module = sys.modules.get(sglang_proof.MODULE)
+    if module is not None:
+        apply(module)
 
 
 def is_registered() -> bool:

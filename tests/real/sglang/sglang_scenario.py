@@ -36,7 +36,7 @@ PHASES = ("prefill", "decode", "verify")
 
 def torch_metadata(version: str) -> None:
     """Put a torch .dist-info reporting ``version`` first on sys.path (tests/lib/fake_dists.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from fake_dists import make_dist
 
     site = Path(tempfile.mkdtemp(prefix="torch-metadata-"))

@@ -13,9 +13,10 @@ line. SPEC keys:
 - ``build_hook``: import FlashInfer's JIT core at the end and report whether jitguard's build hook took it.
 - ``block``: modules made unimportable before anything else (tests/lib/breakage.py), e.g. ``["elftools"]``.
 - ``inject``: ``[probe, "raise" | "hang"]``: one of jitguard's fact probes broken on purpose.
-- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.24+) once per
+- ``warmup``: after building each request's ops, run vLLM's own ``_warmup_prefill_kernels`` (0.18+) once per
   op, as its profile run does, on a stand-in of the GDN attention layer that holds the real op (see
-  ``warm_up``); the facts with the torch stand-in then become the process's facts, so the failure cache is
+  ``warm_up``; 0.17, which has none, runs the profile run's ``_forward_core``, where jitguard proves the op:
+  ``profile_run``); the facts with the torch stand-in then become the process's facts, so the failure cache is
   keyed on the same fingerprint the status uses.
 
 The one part that cannot be real here is the GPU: vLLM's GDN layer module gets a CUDA SM90 platform object
@@ -132,7 +133,7 @@ def qwen3_next_config(directory: Path) -> Path:
 
 
 def break_jitguard(spec: dict[str, Any]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for breakage.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))  # tests/lib, for breakage.py
     import breakage
 
     if spec.get("block"):
@@ -263,10 +264,17 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
     machine whatever jitguard's pre-flight said."""
     import torch
 
-    cls = next(
-        c for c in vars(module).values() if isinstance(c, type) and "_warmup_prefill_kernels" in c.__dict__
-    )
+    classes = [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == module.__name__]
+    warming = [c for c in classes if "_warmup_prefill_kernels" in c.__dict__]
+    if not warming:  # 0.17: no warmup; the profile run's first _forward_core, where jitguard proves the op
+        return profile_run(module, next(c for c in classes if "_forward_core" in c.__dict__), ops)
+    cls = warming[0]
     heads, dim, chunk = 2, 128, 64
+    warm = cls.__dict__["_warmup_prefill_kernels"]
+    # 0.18-0.21 ask whether the layer has the flag at all (hasattr); 0.22+ set it False in __init__.
+    code = getattr(warm, "__jitguard_original__", warm).__code__
+    has_flag = "hasattr" not in code.co_names
+    v_dim = (0,) if code.co_argcount > 2 else ()  # 0.21+: (qkv_or_qkvz, v_dim); 0.18-0.20: (mixed_qkv)
 
     def prep(conv_output: Any, a: Any, b: Any, **kwargs: Any) -> Any:
         t = conv_output.shape[0]
@@ -284,7 +292,6 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
         layer.chunk_gated_delta_rule = op
         values = dict(
             prefix=f"model.layers.{i}.linear_attn",
-            _prefill_kernels_warmed_up=False,
             _exports_checkpoints=False,
             num_k_heads=heads,
             num_v_heads=heads,
@@ -296,9 +303,45 @@ def warm_up(module: Any, ops: list[Any]) -> list[str]:
             gdn_prefill_backend=getattr(op, "gdn_prefill_backend", None),
             get_state_dtype=lambda: (torch.bfloat16, torch.float32),
         )
+        if has_flag:
+            values["_prefill_kernels_warmed_up"] = False
         for name, value in values.items():
             object.__setattr__(layer, name, value)
-        layer._warmup_prefill_kernels(torch.zeros(chunk, 3 * heads * dim), 0)
+        layer._warmup_prefill_kernels(torch.zeros(chunk, 3 * heads * dim), *v_dim)
+        found.append("flashinfer" if op._forward_method == op.forward_cuda else "triton")
+    return found
+
+
+def profile_run(module: Any, cls: type, ops: list[Any]) -> list[str]:
+    """vLLM 0.17's profile run through each GDN layer: ``_forward_core`` (as patched by jitguard) with no
+    attention metadata, where vLLM itself returns at once; the backend each op runs after it. The layer is a
+    stand-in holding what jitguard's proof reads, the real op among it, and the profile run's forward context
+    is one without attention metadata."""
+    import types
+
+    import torch
+
+    heads, dim, chunk = 2, 128, 64
+    module.get_forward_context = lambda: types.SimpleNamespace(attn_metadata=None)
+    found = []
+    for i, op in enumerate(ops):
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer.chunk_gated_delta_rule = op
+        values = dict(
+            prefix=f"model.layers.{i}.linear_attn",
+            num_k_heads=heads,
+            num_v_heads=heads,
+            tp_size=1,
+            head_k_dim=dim,
+            head_v_dim=dim,
+            get_state_dtype=lambda: (torch.bfloat16, torch.float32),
+        )
+        for name, value in values.items():
+            object.__setattr__(layer, name, value)
+        mixed_qkv = torch.zeros(chunk, 3 * heads * dim, dtype=torch.bfloat16)
+        b, a = torch.zeros(chunk, heads), torch.zeros(chunk, heads)
+        layer._forward_core(mixed_qkv, b, a, torch.zeros(chunk, heads, dim))
         found.append("flashinfer" if op._forward_method == op.forward_cuda else "triton")
     return found
 

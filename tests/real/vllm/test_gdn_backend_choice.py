@@ -231,19 +231,28 @@ def test_disable_leaves_vllm_stock(disabled: tuple[dict[str, Any], str]) -> None
     assert "jitguard" not in output
 
 
-# ---- vLLM's own GDN prefill warmup as evidence (0.24+) ------------------------------------------------------
+# ---- vLLM's own GDN prefill warmup as evidence (0.18+), jitguard's proof call where it has none (0.17) -------
 # Pre-flight passes (an H200 host as the facts see it), and FlashInfer's real GDN prefill call then fails in
 # vLLM's warmup (no GPU here): a cause jitguard's verdict did not foresee. vLLM alone logs a warning and
 # reports ready; jitguard moves the layers to Triton/FLA first (auto) or stops the start (named), and records
-# the failure so the next start decides in the pre-flight.
-WARMUP_FAILED = "jitguard: FlashInfer GDN prefill failed on first use: [engine-warmup-failed]"
+# the failure so the next start decides in the pre-flight. 0.17 makes no warmup call: jitguard's own proof
+# call in the profile run fails the same way, under its own code.
+FAILED = "jitguard: FlashInfer GDN prefill failed on first use: [{code}]"
+
+
+def evidence(release: Any) -> str:
+    """The code of the failed call: vLLM's own warmup (0.18+), or jitguard's proof (0.17)."""
+    return "engine-proof-failed" if minor(release) < 18 else "engine-warmup-failed"
 
 
 @pytest.fixture(scope="module")
 def warmup(release: Any, situations: Any) -> tuple[dict[str, Any], str, dict[str, Any], str]:
-    if minor(release) < 24:
-        pytest.skip(f"vLLM {release.version} has no GDN prefill warmup")
     env = situations.hopper(libcuda=True)
+    if release.era == "nvcc":
+        # Where FlashInfer builds its GDN module before it looks at the device (0.17's), the call must fail
+        # at once, not after minutes of compiling: the real nvcc, given a flag it rejects, as a broken
+        # toolkit would (pre-flight has no way to foresee it).
+        env["FLASHINFER_EXTRA_CUDAFLAGS"] = "--jitguard-test-no-such-nvcc-flag"
     spec = {"requests": ["auto", "flashinfer"], "layers": 3, "torch_build": CUDA_TORCH, "warmup": True}
     first, first_output = release.run(spec, env)
     again = {"requests": ["auto", "flashinfer"], "layers": 2, "torch_build": CUDA_TORCH, "warmup": True}
@@ -251,42 +260,42 @@ def warmup(release: Any, situations: Any) -> tuple[dict[str, Any], str, dict[str
     return first, first_output, second, second_output
 
 
-def test_a_failed_warmup_moves_auto_to_triton_before_ready(warmup: Any) -> None:
+def test_a_failed_warmup_moves_auto_to_triton_before_ready(warmup: Any, release: Any) -> None:
     result, output, _, _ = warmup
     run = run_for(result, "auto")
     assert run["layers"] == ["flashinfer"] * 3  # pre-flight passed: vLLM's choice stood at init
     assert run["error"] is None
     assert run["warmed"] == ["triton"] * 3  # the first layer's warmup failed; every layer moved
-    warnings = [line for line in output.splitlines() if WARMUP_FAILED in line]
+    warnings = [line for line in output.splitlines() if FAILED.format(code=evidence(release)) in line]
     assert len(warnings) == 1, output[-4000:]
     assert "Triton/FLA" in warnings[0] and "recorded" in warnings[0]
     assert not result["proven"]
 
 
-def test_a_failed_warmup_is_recorded_for_the_next_start(warmup: Any) -> None:
+def test_a_failed_warmup_is_recorded_for_the_next_start(warmup: Any, release: Any) -> None:
     result, _, _, _ = warmup
     assert {
         "module": "gdn-prefill/flashinfer",
-        "codes": ["engine-warmup-failed"],
+        "codes": [evidence(release)],
         "this_fingerprint": True,
     } in (result["failure_cache"])
 
 
-def test_the_next_start_decides_in_the_pre_flight(warmup: Any) -> None:
+def test_the_next_start_decides_in_the_pre_flight(warmup: Any, release: Any) -> None:
     _, _, result, output = warmup
     assert "gdn-cached-failure" in result["status"]["blocking"]
     auto = run_for(result, "auto")
     assert auto["layers"] == ["triton"] * 2  # at init, before any warmup
     named = run_for(result, "flashinfer")
     assert named["error"] is not None and "gdn-cached-failure" in named["error"]["codes"]
-    assert WARMUP_FAILED not in output
+    assert FAILED.format(code=evidence(release)) not in output
 
 
-def test_a_failed_warmup_of_named_flashinfer_stops_the_start(warmup: Any) -> None:
+def test_a_failed_warmup_of_named_flashinfer_stops_the_start(warmup: Any, release: Any) -> None:
     result, _, _, _ = warmup
     run = run_for(result, "flashinfer")
     # This process already knows FlashInfer failed (the auto run's warmup): the named request is refused at
     # init, with the warmup's evidence.
     error = run["error"]
     assert error is not None and "BackendUnavailable" in error["bases"]
-    assert "engine-warmup-failed" in error["codes"]
+    assert evidence(release) in error["codes"]

@@ -50,6 +50,28 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         area=_AREA,
     ),
     CatalogEntry(
+        code="engine-proof-failed",
+        severity="error",
+        title="jitguard's proof call of {title} in {engine} failed: {error_type}",
+        cause=(
+            "{engine} makes no warmup call of {title} before it reports ready, so jitguard called it once itself "
+            "({where}: the function the engine calls, on a tiny input of the model's shapes), and it raised "
+            "{error_type}: {error_message}. jitguard's pre-flight had not foreseen this cause; {then} The "
+            "failure is recorded (fingerprint {fingerprint}), so the next start decides in the pre-flight."
+        ),
+        fixes=(
+            FixTemplate(
+                "Find the cause (imports FlashInfer's kernel module and names the error FlashInfer swallows):",
+                "jitguard doctor --deep --backend flashinfer",
+            ),
+            FixTemplate(
+                "Once fixed, forget the failure so the next start tries FlashInfer again:",
+                "jitguard cache clear --module {module} --yes",
+            ),
+        ),
+        area=_AREA,
+    ),
+    CatalogEntry(
         code="flashinfer-module-prebuilt",
         severity="info",
         title="{title}: FlashInfer's {module} module is already built here",

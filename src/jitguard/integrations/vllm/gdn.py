@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
 from jitguard.decision.engine import GDN_PREFILL, normalise_request
-from jitguard.integrations.vllm import warmup
+from jitguard.integrations.vllm import proof, warmup
 from jitguard.integrations.vllm.sites import Site, function_patch, layout_moved, may_keep
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ _patch_resolver, _unpatch_resolver = function_patch((RESOLVER_SITE.target,), GDN
 
 
 def _patch_current(module: ModuleType, guard: ChoiceGuard) -> bool:
-    """vLLM >= 0.22: the resolver, and (0.24+) the GDN layers' own prefill warmup, watched as evidence
+    """vLLM >= 0.22: the resolver, and the GDN layers' own prefill warmup, watched as evidence
     (``warmup``): a release without the warmup has nothing more to watch."""
     patched = _patch_resolver(module, guard)
     if patched:
@@ -121,8 +121,9 @@ def _unpatch_current(module: ModuleType) -> None:
 def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
     """vLLM 0.17-0.21: the choice lives in ``ChunkGatedDeltaRule.__init__``, which reads the option (0.18+)
     from the current vLLM config and sets ``self._forward_method`` to ``forward_cuda`` (FlashInfer) or
-    ``forward_native`` (Triton/FLA). Wrap it and correct the method it picked. (In later releases
-    ``models/qwen3_next.py`` no longer defines the op: a debug line says so.)"""
+    ``forward_native`` (Triton/FLA). Wrap it and correct the method it picked; where the module's GDN layer
+    warms its prefill up (0.18-0.21), watch that too (``warmup``), else prove it (0.17: ``proof``). (In later
+    releases ``models/qwen3_next.py`` no longer defines the op: a debug line says so.)"""
     cls = module.__dict__.get("ChunkGatedDeltaRule")
     if cls is None or not callable(getattr(cls, "__init__", None)) or not hasattr(cls, "forward_native"):
         if module.__name__ == MODEL_FILE.module:  # later releases keep only the model here: expected
@@ -142,6 +143,7 @@ def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
             original(self, *args, **kwargs)
             if getattr(self, "_forward_method", None) != self.forward_cuda:
                 return  # vLLM chose Triton/FLA itself: nothing to check
+            warmup.requested(shielded("reading vLLM's GDN prefill option", "auto", requested_backend, _auto))
             backend = shielded(
                 "vLLM's GDN prefill choice",
                 "vLLM's choice (flashinfer) stands",
@@ -156,10 +158,19 @@ def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
 
         return __init__
 
-    return patches.wrap(cls, "__init__", wrap)
+    patched = patches.wrap(cls, "__init__", wrap)
+    if patched and not warmup.watch(module, guard):  # 0.18-0.21: the GDN layer's own warmup, watched
+        proof.watch(module, guard)  # 0.17: no warmup, so jitguard's own proof call
+    return patched
+
+
+def _auto() -> str:
+    return "auto"
 
 
 def _unpatch_op_init(module: ModuleType) -> None:
+    warmup.unwatch(module)
+    proof.unwatch(module)
     cls = module.__dict__.get("ChunkGatedDeltaRule")
     if cls is not None:
         patches.undo(cls, "__init__")

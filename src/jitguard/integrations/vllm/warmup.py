@@ -1,8 +1,9 @@
 """vLLM's own GDN prefill warmup as evidence: a FlashInfer choice jitguard admitted is proven, or moved, before
 the engine reports ready.
 
-vLLM 0.24 and later warm every GDN layer's prefill kernels during the profile run
-(``_warmup_prefill_kernels`` of the GDN attention layer in ``mamba/gdn/qwen_gdn_linear_attn.py``: one
+vLLM 0.21 and later warm every GDN layer's prefill kernels during the profile run
+(``_warmup_prefill_kernels`` of the GDN attention layer, in ``mamba/gdn/qwen_gdn_linear_attn.py`` from 0.22,
+``mamba/gdn_linear_attn.py`` in 0.21: one
 ``chunk_gated_delta_rule`` call on a T=64 dummy input of the model's shapes), inside ``try/except Exception``
 that only logs a warning: a FlashInfer that cannot run (on the H100: a CUTLASS DSL that does not import, so
 ``NotImplementedError('SM90 GDN prefill DSL kernel is unavailable')``) lets the engine report ready and die at
@@ -24,27 +25,25 @@ from __future__ import annotations
 
 import functools
 import logging
-import traceback
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.config import Settings
 from jitguard.decision.engine import GDN_PREFILL
-from jitguard.findings.catalog import make
-from jitguard.integrations.choices import Ask
+from jitguard.integrations.proof import WARMUP_FAILED, Trial, settle
 
 if TYPE_CHECKING:
-    from jitguard.findings.model import Finding
     from jitguard.integrations.choices import ChoiceGuard
 
 log = logging.getLogger("jitguard.vllm")
 
 METHOD = "_warmup_prefill_kernels"
+FLAG = "_prefill_kernels_warmed_up"  # the layer's "warmed up already"
 TRITON = "triton"
 WHERE = "GDN prefill warmup (`_warmup_prefill_kernels`, in the profile run)"
+MOVED = "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
 _state: dict[str, Any] = {"requested": "auto"}  # one per process: the resolver site tells it
 
 
@@ -54,8 +53,8 @@ def requested(value: str) -> None:
 
 
 def watch(module: ModuleType, guard: ChoiceGuard) -> bool:
-    """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.24+); False where none
-    does (older releases: no warmup to watch)."""
+    """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.21+); False where none
+    does (older releases: no warmup to watch, jitguard's own proof call instead: ``vllm/proof.py``)."""
     found = False
     for value in list(module.__dict__.values()):
         if isinstance(value, type) and METHOD in value.__dict__ and value.__module__ == module.__name__:
@@ -73,13 +72,13 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
     @functools.wraps(original)
     def _warmup_prefill_kernels(self: Any, *args: Any, **kwargs: Any) -> Any:
         op: Any = getattr(self, "chunk_gated_delta_rule", None)
-        if getattr(self, "_prefill_kernels_warmed_up", False) or not _on_flashinfer(op):
+        if getattr(self, FLAG, False) or not on_flashinfer(op):
             return original(self, *args, **kwargs)
         if guard.known_failed(GDN_PREFILL):  # an earlier layer's warmup failed: this one moves before its own
             shielded(
                 "moving a GDN layer to Triton/FLA",
                 "vLLM's choice stands",
-                lambda: _to_triton(self, op),
+                lambda: to_triton(self, op),
                 _nothing,
             )
             return original(self, *args, **kwargs)
@@ -114,8 +113,8 @@ def _watched(original: Callable[..., Any], guard: ChoiceGuard) -> Callable[..., 
             lambda: False,
         )
         if settled:  # auto: Triton/FLA from now on, and this layer's warmup once more, on Triton
-            _to_triton(self, op)
-            self._prefill_kernels_warmed_up = False
+            to_triton(self, op)
+            _not_warmed(self, original)
             return original(self, *args, **kwargs)
         return result
 
@@ -126,12 +125,22 @@ def _nothing() -> None:
     return None
 
 
-def _on_flashinfer(op: Any) -> bool:
+def _not_warmed(layer: Any, original: Callable[..., Any]) -> None:
+    """Let ``layer``'s warmup run again: 0.22+ test a flag their ``__init__`` sets False, 0.21 test whether
+    the attribute exists at all (``hasattr``)."""
+    code = getattr(original, "__code__", None)
+    if code is not None and "hasattr" in code.co_names:
+        layer.__dict__.pop(FLAG, None)
+    else:
+        setattr(layer, FLAG, False)
+
+
+def on_flashinfer(op: Any) -> bool:
     forward_cuda = getattr(op, "forward_cuda", None)
     return forward_cuda is not None and getattr(op, "_forward_method", None) == forward_cuda
 
 
-def _to_triton(layer: Any, op: Any) -> None:
+def to_triton(layer: Any, op: Any) -> None:
     op._forward_method = op.forward_native
     for owner in (op, layer):
         if hasattr(owner, "gdn_prefill_backend"):
@@ -139,51 +148,15 @@ def _to_triton(layer: Any, op: Any) -> None:
 
 
 def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
-    """Record ``exc`` and tell the guard; True when the layers move to Triton/FLA (auto). A named FlashInfer
-    raises ``ChoiceUnavailable`` (through the guard), which stops the start."""
+    """Record ``exc`` and tell the guard (``integrations/proof.py``, shared with jitguard's own proof call);
+    True when the layers move to Triton/FLA (auto). A named FlashInfer raises ``ChoiceUnavailable``."""
+    return settle(guard, trial(), exc, code=WARMUP_FAILED)
+
+
+def trial() -> Trial:
+    """vLLM's GDN prefill as this process asked for it (the resolver site tells ``requested``)."""
     # lazy: a cycle (vllm.gdn imports this module at its top)
     from jitguard.integrations.vllm.gdn import FLAG, FLASHINFER, INSTEAD
 
-    named = _state["requested"] == FLASHINFER
-    findings = warmup_findings(guard, exc, named=named)
-    guard.failed(GDN_PREFILL, findings, announce=not named)
-    if named:
-        guard.settle([Ask(GDN_PREFILL, named=f"{FLAG} {FLASHINFER}", instead=INSTEAD)])
-    return True
-
-
-def warmup_findings(guard: ChoiceGuard, exc: BaseException, *, named: bool) -> list[Finding]:
-    """``engine-warmup-failed`` for ``exc``, recorded in the failure cache under FlashInfer GDN prefill's
-    name (the jitguard.gdn op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
-    # lazy: the GDN op (~17 modules) loads when a warmup is judged, not at import
-    from jitguard.gdn.backends.flashinfer import MODULE
-
-    # lazy: under the warmup's shield where it runs, not with the plugin's import
-    from jitguard.state.failure_cache import FailureCache, ttl_from_env
-
-    facts = guard.facts.get()
-    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    frames = [line.strip() for line in "".join(tail).splitlines() if line.strip().startswith("File ")]
-    then = (
-        "the start stops here, before the engine reports ready, because FlashInfer was named."
-        if named
-        else "jitguard switched every GDN layer to Triton/FLA before the engine reports ready."
-    )
-    finding = make(
-        "engine-warmup-failed",
-        backend="flashinfer",
-        evidence=[f"{type(exc).__name__}: {exc}", *frames[-3:]],
-        engine=guard.engine,
-        title=GDN_PREFILL.title,
-        where=WHERE,
-        error_type=type(exc).__name__,
-        error_message=str(exc),
-        then=then,
-        fingerprint=facts.fingerprint,
-        module=MODULE,
-    )
-    if MODULE is not None:
-        FailureCache(Settings.from_env().cache_dir, ttl=ttl_from_env()).record_failure(
-            MODULE, facts.fingerprint, [finding]
-        )
-    return [finding]
+    named = f"{FLAG} {FLASHINFER}" if _state["requested"] == FLASHINFER else None
+    return Trial(GDN_PREFILL, WHERE, named, INSTEAD, MOVED)
