@@ -231,6 +231,17 @@ def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
+# jitguard's lines every row prints (the sites it found, the facts' cost): left out of the table's last column.
+ROUTINE = ("choice sites found", "this host's facts")
+SWITCHED = "failed on first use"  # the guard's line when a warmup or proof call fails and the choice moves
+LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|ERROR) \S+ \S+ \[[^]]+\] ")
+
+
+def _message(line: str) -> str:
+    """A log line without its process, level, time and source prefix."""
+    return LOG_PREFIX.sub("", line)
+
+
 def table(args: argparse.Namespace) -> None:
     runs = []
     for path in args.results:
@@ -242,7 +253,9 @@ def table(args: argparse.Namespace) -> None:
         "# Never ready, then dead: vLLM 0.26.0 with its CUTLASS DSL not importable, stock vs jitguard (issue 36)",
         "",
         f"{meta['date']}, {meta['gpu']} (driver {meta['driver']}, {meta['cpus']} CPUs, python {meta['python']}); "
-        + ", ".join(f"{k} {x}" for k, x in v.items())
+        + ", ".join(f"{k} {x}" for k, x in v.items() if k != "quack-kernels")
+        + "; quack-kernels "
+        + ", ".join(f"{m['versions'].get('quack-kernels', '-')} ({m['group']})" for m, _ in runs)
         + ". vLLM's default config (torch.compile and CUDA graphs on), a tiny random-weight Qwen3-Next "
         "(benchmarks/vllm_engine_start.py, `load_format=dummy`), TP1, `--gdn-prefill-backend` as given (auto: "
         'not given). "DSL off the path": the DSL installed with `pip install --target` (its .pth never read), '
@@ -255,7 +268,7 @@ def table(args: argparse.Namespace) -> None:
         "(groups run in the order shown); each group has a jitguard cache of its own. Command: `python3 benchmarks/dsl_engine.py run ...`, "
         "then `table`.",
         "",
-        "| engine | --gdn-prefill-backend | GDN prefill vLLM used | vLLM warmup failures | ready (s) | first "
+        "| engine | --gdn-prefill-backend | GDN prefill that served | vLLM warmup failures | ready (s) | first "
         "request | tokens | exit | what jitguard said |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -265,12 +278,16 @@ def table(args: argparse.Namespace) -> None:
             if r.get("generated"):
                 first = f"{r.get('ttft_s', '-')} s"
             elif r.get("died_after_ready"):
-                first = "**dead**: " + (r.get("death") or "").replace("|", "/")[:140]
+                first = "**dead**: " + _message((r.get("death") or "").strip()).replace("|", "/")[:140]
             else:
                 first = "-"
-            said = "<br>".join(x.replace("|", "/")[:240] for x in r.get("jitguard", [])[:2]) or "-"
+            told = [_message(x) for x in r.get("jitguard", []) if not any(n in x for n in ROUTINE)]
+            said = "<br>".join(x.replace("|", "/")[:240] for x in told[:2]) or "-"
+            served = r.get("gdn_chosen") or "-"
+            if any(SWITCHED in x for x in told):
+                served += " at the warmup, then Triton/FLA (switched before ready)"
             out.append(
-                f"| {r['label']} | {r['gdn_flag']} | {r.get('gdn_chosen') or '-'} | {r.get('warmup_failures', 0)} | "
+                f"| {r['label']} | {r['gdn_flag']} | {served} | {r.get('warmup_failures', 0)} | "
                 f"{ready} | {first} | {r.get('generated', 0)} | {r['exit']} | {said} |"
             )
         if group_meta.get("skipped"):
@@ -278,7 +295,15 @@ def table(args: argparse.Namespace) -> None:
                 "",
                 f"Not started ({group_meta['group']}: the call's budget was spent): {', '.join(group_meta['skipped'])}.",
             ]
+    every = [r for _, rows in runs for r in rows]
+    doomed = [r for r in every if r["stock"] and r.get("warmup_failures")]
+    guarded = [r for r in every if not r["stock"] and r["gdn_flag"] == "auto"]
     out += [
+        "",
+        f"Stock: {sum(bool(r.get('died_after_ready')) for r in doomed)} of {len(doomed)} starts whose GDN prefill "
+        "cannot run reported ready, then died at the first request. jitguard (auto): "
+        f"{sum(bool(r.get('generated')) for r in guarded)} of {len(guarded)} starts served their first request, "
+        f"{sum(bool(r.get('died_after_ready')) for r in guarded)} died after ready.",
         "",
         "`import cutlass` in each group's environment: "
         + "; ".join(f"{m['group']}: {m.get('cutlass_import')}" for m, _ in runs),
