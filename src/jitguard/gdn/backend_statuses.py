@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.config import Settings
 from jitguard.decision.gdn import BackendStatus
 from jitguard.facts import collect
+from jitguard.findings.cached_failures import cached_failure
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import preflight as run_checks
 from jitguard.findings.model import Finding
@@ -95,27 +95,19 @@ class Environment:
         return guarded(backend.NAME, backend.TITLE, lambda: self._cached_failure(backend, module))
 
     def _cached_failure(self, backend: GdnBackend, module: str) -> list[Finding]:
-        fingerprint = self.facts().fingerprint
-        record = _failure_cache(self.cache_dir).get(module, fingerprint)
-        if record is None:
-            return []
-        previous = tuple(getattr(record, "findings", ()) or ())
-        codes = ", ".join(f.code for f in previous) or "no findings recorded"
-        created = getattr(record, "created", None)
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else None
-        evidence = [f"[{f.code}] {f.title}" for f in previous]
-        if getattr(record, "log_path", None):
-            evidence.append(f"log: {record.log_path}")
+        cache = _failure_cache(self.cache_dir)
         return [
-            make(
+            cached_failure(
                 "gdn-cached-failure",
                 backend=backend.NAME,
-                evidence=evidence,
                 title=backend.TITLE,
                 module=module,
-                fingerprint=str(fingerprint),
-                previous=f"[{codes}]" + (f" at {when}" if when else ""),
+                fingerprint=record.fingerprint,
+                earlier=record.findings,
+                log_path=record.log_path,
+                created=record.created,
             )
+            for record in cache.failures(self.facts().fingerprint, modules=(module,))
         ]
 
     def record_failure(self, backend: GdnBackend, findings: Sequence[Finding], log_path: str | None) -> None:

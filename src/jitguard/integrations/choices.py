@@ -38,6 +38,7 @@ from jitguard.decision.engine import (
     verdict,
 )
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
+from jitguard.findings.cached_failures import cached_failure
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import jit_preflight
 from jitguard.findings.checks_arch import for_choice
@@ -63,29 +64,19 @@ def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = Non
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
     cache = FailureCache(cache_dir or Settings.from_env().cache_dir, ttl=ttl_from_env())
-    found = []
-    for record in cache.entries():
-        if not record.failed or record.fingerprint != facts.fingerprint:
-            continue
-        if not record.module.startswith(choice.modules):
-            continue
-        codes = ", ".join(record.codes) or "no findings recorded"
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created))
-        evidence = [f"[{f.code}] {f.title}" for f in record.findings]
-        if record.log_path:
-            evidence.append(f"log: {record.log_path}")
-        found.append(
-            make(
-                CACHED_FAILURE,
-                backend="flashinfer",
-                evidence=evidence,
-                title=choice.title,
-                module=record.module,
-                fingerprint=facts.fingerprint,
-                previous=f"[{codes}] at {when}",
-            )
+    return [
+        cached_failure(
+            CACHED_FAILURE,
+            backend="flashinfer",
+            title=choice.title,
+            module=record.module,
+            fingerprint=facts.fingerprint,
+            earlier=record.findings,
+            log_path=record.log_path,
+            created=record.created,
         )
-    return found
+        for record in cache.failures(facts.fingerprint, prefixes=choice.modules)
+    ]
 
 
 def gdn_status(facts: Facts) -> BackendStatus:

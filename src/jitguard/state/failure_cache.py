@@ -165,6 +165,25 @@ class FailureCache:
             return None
         return record
 
+    def failures(
+        self, fingerprint: str, *, modules: Iterable[str] = (), prefixes: tuple[str, ...] = ()
+    ) -> list[FailureRecord]:
+        """The live failures recorded under ``fingerprint`` for each of ``modules`` (its one file) and for every
+        module whose name starts with one of ``prefixes`` (newest first). The one reader of failures for a
+        verdict: the GDN op and the engine guard both ask here."""
+        found = [r for r in (self.get(m, fingerprint) for m in modules) if r is not None]
+        if prefixes:
+            named = {r.module for r in found}
+            found += [
+                r
+                for r in self.entries()
+                if r.failed
+                and r.fingerprint == fingerprint
+                and r.module.startswith(prefixes)
+                and r.module not in named
+            ]
+        return found
+
     def record_failure(
         self,
         module: str,

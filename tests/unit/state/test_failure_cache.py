@@ -234,3 +234,22 @@ def test_concurrent_writers_never_expose_a_torn_record(tmp_path: Path) -> None:
     assert cache.lookup("shared", "fp") is not None
     assert sorted(r.module for r in cache.entries()) == ["own-0", "own-1", "own-2", "own-3", "shared"]
     assert not [p for p in cache.root.iterdir() if p.name.startswith(".")], "temp files left behind"
+
+
+def test_failures_reads_named_modules_and_prefixes_of_one_fingerprint_only(cache: FailureCache) -> None:
+    cache.record_failure("gdn-prefill/flashinfer", FP, [LIBCUDA])
+    cache.record_failure("gdn_prefill_sm90", FP, [LIBCUDA])
+    cache.record_failure("gdn_prefill_sm90_other", FP, [LIBCUDA])
+    cache.record_failure("sampling", FP, [LIBCUDA])
+    cache.record_failure("gdn_prefill_sm90", "another-fingerprint", [LIBCUDA])
+    cache.record_success("gdn_prefill_sm90_ok", FP)
+
+    by_name = cache.failures(FP, modules=("gdn-prefill/flashinfer",))
+    assert [r.module for r in by_name] == ["gdn-prefill/flashinfer"]
+    by_prefix = cache.failures(FP, prefixes=("gdn_prefill",))
+    assert sorted(r.module for r in by_prefix) == ["gdn_prefill_sm90", "gdn_prefill_sm90_other"]
+    assert all(r.fingerprint == FP and r.failed for r in by_prefix)
+    both = cache.failures(FP, modules=("gdn_prefill_sm90",), prefixes=("gdn_prefill",))
+    assert sorted(r.module for r in both) == ["gdn_prefill_sm90", "gdn_prefill_sm90_other"]  # each once
+    assert cache.failures(FP) == []
+    assert cache.failures("no-such-fingerprint", prefixes=("",)) == []
