@@ -1,27 +1,11 @@
-"""``jitguard.install()``: put FlashInfer's nvcc JIT builds under jitguard's supervision.
+"""``jitguard.install()``: put FlashInfer's JIT builds under jitguard's supervision.
 
-Two patches, applied to FlashInfer's own objects the moment ``flashinfer.jit.core`` is imported (an import
-hook on ``sys.meta_path``, so ``import jitguard`` and ``install()`` never import flashinfer themselves), or at
-once when it already is:
-
-- ``JitSpec.build_and_load`` -> ``flashinfer_build.build_spec`` (failure cache, pre-flight, the module lock
-  with visible waits, the supervised build, the GLIBCXX check before the load, the outcome recorded), for nvcc
-  modules only: from 0.6.18 the same base also serves ``JitSpecCuteDsl``, FlashInfer's own CuTeDSL disk cache,
-  which jitguard leaves to FlashInfer (docs/cutedsl.md);
-- ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
-  ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
-- ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
-  ``flashinfer_jit.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
-  FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module);
-- ``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile`` (>= 0.6.14), as that module is
-  imported -> ``flashinfer_jit.cutedsl_cache``: each CuTeDSL GDN kernel is compiled once per host and loaded from
-  jitguard's kernel cache by every later process (``JITGUARD_CUTEDSL_CACHE=0`` keeps FlashInfer's per-process
-  compile).
-
-Supported: flashinfer-python >= 0.6.2 whose ``jit.core`` still has the nvcc ``JitSpec`` (0.6.2-0.6.13 build
-GDN with it; later versions use it for their other nvcc modules). Anything else is left untouched, with one
-warning. Every patch goes through ``boundary.patches`` (marked, idempotent, undone by ``uninstall``).
-``JITGUARD_DISABLE=1`` makes ``install()`` a no-op, and turns an installed hook back into stock behaviour.
+Applied to FlashInfer's own objects the moment ``flashinfer.jit.core`` is imported (an import hook, so
+``install()`` never imports FlashInfer itself): ``JitSpec.build_and_load`` goes through the supervised, shared
+build (nvcc modules only), ``run_ninja`` through jitguard's runner, the nvcc-era GDN prefill module getter
+through a module built from the instances calls need, and the CuTeDSL era's kernel compile through jitguard's
+kernel cache. Every patch goes through ``boundary.patches``; ``JITGUARD_DISABLE=1`` makes it a no-op. Versions
+and switches: docs/design.md and docs/cutedsl.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Proven, not presumed: a FlashInfer choice jitguard admitted runs once in the engine process before the engine
 reports ready, and what happens when it raises. One mechanism for every engine:
 
-- ``settle``: a failure of the engine's own warmup (vLLM's, ``vllm/warmup.py``) or of jitguard's proof call is
-  recorded in the failure cache under the choice's module and this host's fingerprint (the next start decides
-  in the pre-flight, without the call), and then ``auto`` moves the choice to its fallback with one warning
-  naming the finding, while a named FlashInfer stops the start with the evidence (``ChoiceUnavailable``);
-- ``prove``: where the engine makes no warmup call (SGLang; vLLM before 0.24), jitguard calls the function the
-  engine will call, once, on a tiny input of the model's shapes (``tiny_prefill_inputs``). The call may be
-  skipped only where a pass is recorded under the same key (``proof_key``: the fingerprint, which holds the
-  package versions, the GPU arch and the driver, and the digest of the packages' installed files); the choice
-  is then proven by record, said once.
-
-Cost on a warm host: the tiny input has the model's own head counts, head dims and dtypes, so the kernel it
-needs is the one the first request needs (a kernel cache hit: jitguard's CuTeDSL cache, FlashInfer's built
-module), plus one launch on 64 tokens. A fault of jitguard's own (the key, the input) leaves the engine's choice
-as it is; only the engine's own call's failure is evidence.
+- ``settle``: a failed engine warmup or proof call is recorded by fingerprint, then ``auto`` moves the choice to
+  its fallback with one warning and a named FlashInfer stops the start (``ChoiceUnavailable``);
+- ``prove``: where the engine makes no warmup call, jitguard calls the engine's function once on a tiny input of
+  the model's shapes, skipped only where a pass is recorded under the same key (``proof_key``: the fingerprint
+  and the digest of the packages' installed files). Cost and measurements: docs/vllm.md.
 """
 
 from __future__ import annotations

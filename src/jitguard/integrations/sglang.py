@@ -1,32 +1,11 @@
-"""SGLang plugin: guard SGLang's linear-attention kernel choice (GDN: Qwen3-Next, Qwen3.5) and every FlashInfer JIT
-build in SGLang's processes.
+"""SGLang plugin: guard SGLang's linear-attention kernel choice (GDN: Qwen3-Next, Qwen3.5) and every FlashInfer
+JIT build in SGLang's processes.
 
-SGLang (0.5.11+) loads the ``sglang.srt.plugins`` entry point ``jitguard = "jitguard.integrations.sglang:register"``
-with ``load_plugins()`` at the start of every process that builds or configures an engine (the ``sglang serve``
-and ``launch_server`` entry points, ``Engine``, each scheduler; from 0.5.2x also the data-parallel controller and
-the detokenizer), then applies the hooks plugins registered in its ``HookRegistry``. ``register()`` is cheap: it
-does nothing at all when SGLang is not installed or ``JITGUARD_DISABLE=1``; otherwise it registers its hooks
-(SGLang has already imported what they name by then) and turns on ``jitguard.install()``.
-
-The hooks, one family of SGLang releases each, found by name (``LAYOUTS``):
-
-- 0.5.18+: ``sglang.srt.layers.attention.linear.utils.resolve_linear_attn_backends(prefill_default)``, which
-  returns each model runner's ``LinearAttnBackends(decode, prefill, verify)``: an AFTER hook returns a corrected
-  copy;
-- 0.5.11-0.5.17: ``initialize_linear_attn_config(server_args)`` in the same module, which sets the process-wide
-  choice the GDN backend reads: the globals ``LINEAR_ATTN_DECODE_BACKEND`` / ``LINEAR_ATTN_PREFILL_BACKEND``
-  (0.5.11-0.5.16), or the dict ``_BACKENDS`` with a verify phase too (0.5.17, where SGLang's attention registry
-  also passes the SM100 prefill default it picked): an AFTER hook corrects them.
-
-For each phase SGLang set to FlashInfer, the process's one ``ChoiceGuard`` judges the phase's choice
-(``decision.sglang.PHASE_CHOICES``: the same facts, failure cache and choice core as the vLLM plugin, FlashInfer
-looked at once per process) and decides: usable -> SGLang's choice stands; not usable and not asked
-for by name -> Triton, with one warning per process (code, cause, fix); not usable and asked for by name
-(``--linear-attn-backend flashinfer`` or the phase's own flag) -> ``ChoiceUnavailable`` at start-up,
-before any kernel is built. "By name" is read from the options as given: ``ServerArgs._raw_input`` (0.5.19+);
-up to 0.5.18, where SGLang overwrites an unset decode option with its own default, a BEFORE hook on
-``ServerArgs._handle_linear_attn_backend`` keeps the value as given. Any fault of jitguard's own leaves SGLang's
-choice in place, logged once with its code and fix (``boundary.failsafe``).
+SGLang's ``load_plugins()`` calls ``register()`` in each process that builds or configures an engine; it is cheap
+and does nothing without SGLang or with ``JITGUARD_DISABLE=1``. It hooks the function of this release that sets
+each phase's backend (``LAYOUTS``), and for each phase set to FlashInfer the process's ``ChoiceGuard`` decides:
+the choice stands, moves to Triton with one warning, or (named by the user) stops the start at init. Any fault
+of jitguard's own leaves SGLang's choice in place. The hooks per release: docs/sglang.md.
 """
 
 from __future__ import annotations

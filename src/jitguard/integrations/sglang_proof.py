@@ -1,19 +1,10 @@
 """SGLang's GDN prefill on FlashInfer, proven in the scheduler before the engine serves.
 
-SGLang calls FlashInfer's GDN prefill first at the first request: the offline ``Engine`` sends no warmup
-request, and ``launch_server``'s one warmup request comes after the server is up (a failure there kills the
-server). So where SGLang's choice of FlashInfer prefill passed jitguard's pre-flight, jitguard calls it once
-itself, when each model runner sets up its GDN attention backend: ``GDNAttnBackend.__init__(model_runner)``
-in ``sglang/srt/layers/attention/linear/gdn_backend.py`` (0.5.11 - 0.5.23, both layouts), where the state
-pool gives the model's GDN shapes in this process (value heads, head dims, after tensor parallelism) and the
-backend holds the kernel SGLang will call (``kernel_dispatcher.extend_kernel``). The call is the kernel's own
-FlashInfer function (``FlashInferGDNKernel._prefill_fn``, FlashInfer's ``chunk_gated_delta_rule``) with the
-arguments SGLang's ``extend`` passes, on 64 tokens (``integrations/proof.py``: the skip rule, the record).
-
-When it raises: ``auto`` moves this backend's prefill to SGLang's own Triton kernel (``extend_kernel``, the
-runner's ``linear_attn_backends`` stamp, and the verify kernel where it was FlashInfer only through prefill),
-and later runners take Triton at their choice (the guard knows the failure); a named FlashInfer stops the
-scheduler with the evidence; the failure is recorded by fingerprint either way.
+SGLang first calls FlashInfer's GDN prefill at the first request, so jitguard calls it once itself where each
+model runner sets up its GDN attention backend (``GDNAttnBackend.__init__``): the kernel SGLang will call, with
+the arguments its ``extend`` passes, on 64 tokens of the model's shapes (``integrations/proof.py``). When it
+raises, ``auto`` moves this backend's prefill to SGLang's Triton kernel, a named FlashInfer stops the scheduler,
+and the failure is recorded by fingerprint (docs/sglang.md).
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """vLLM plugin: guard every place where vLLM chooses a FlashInfer JIT path, and every FlashInfer JIT build in
 the engine.
 
-vLLM calls the ``vllm.general_plugins`` entry point ``jitguard = "jitguard.integrations.vllm:register"`` in
-every process it starts (API server, engine core, each worker), before the model is built; a process may call
-it more than once. ``register()`` is cheap: it imports neither vLLM nor torch nor FlashInfer, and does nothing
-at all when vLLM is not installed or ``JITGUARD_DISABLE=1``.
-
-It does three things, after saying once per process whether the installed vLLM is a release jitguard knows
-and how many of its choice sites were found (``coverage``, read without importing vLLM):
-
-- **The choices.** Each place where a released vLLM (0.17 - 0.34) picks a FlashInfer JIT path is found by
-  name and patched the moment its module is imported (``SITES``, one module per kind of choice): GDN prefill
-  (``gdn``), the top-k/top-p sampler (``sampler``), the attention backend and its FP8 KV cache
-  (``attention``), fused MoE and FlashInfer's other kernels (``predicates``). When vLLM picks FlashInfer there,
-  jitguard judges it once per process from this machine's facts, the failure cache and the prebuilt modules
-  (``jitguard.decision.engine``): it stands when it can work; otherwise vLLM takes its own non-FlashInfer path
-  with one warning, or, when the user named FlashInfer, the engine stops at init with the cause and the fix.
-  Every rank decides alike (host facts only, never the rank).
-- **FlashInfer builds.** ``jitguard.install()``: every FlashInfer nvcc JIT build in the engine is
-  memory-bounded, watched and shared by the ranks, and a failed one is classified and recorded, so the next
-  start takes vLLM's own path at once.
-- **Warm start** (``warm``): with a store configured (``JITGUARD_SHARE``), the fleet's snapshot of every JIT
-  cache of this stack is restored before anything compiles, and saved once the engine is ready where
-  ``JITGUARD_SHARE_PUBLISH=1`` (docs/fleet.md).
+vLLM calls ``register()`` (the ``vllm.general_plugins`` entry point) in every process it starts; it imports
+neither vLLM nor torch nor FlashInfer and does nothing without vLLM or with ``JITGUARD_DISABLE=1``. It patches
+each choice site as its module is imported (``SITES``: GDN prefill, sampler, attention, MoE and FlashInfer's
+other gates), installs the supervised FlashInfer build hook, and restores (and, once ready, saves) the fleet's
+warm snapshot where a store is configured. What each site does per release: docs/vllm.md, "Supported vLLM versions".
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""vLLM's GDN prefill backend choice: found by name in each released layout of vLLM's GDN layer.
+"""vLLM's GDN prefill backend choice, found by name in each released layout of vLLM's GDN layer (``LAYOUTS``:
+``_resolve_gdn_prefill_backend`` from 0.22, ``ChunkGatedDeltaRule.__init__`` before).
 
-- vLLM 0.22 and later: ``vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py``,
-  ``_resolve_gdn_prefill_backend(vllm_config) -> (requested, active)``;
-- vLLM 0.19 - 0.21 (spring 2026): ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
-  ``ChunkGatedDeltaRule.__init__`` sets ``_forward_method`` to ``forward_cuda`` (FlashInfer) or
-  ``forward_native`` (Triton/FLA);
-- vLLM 0.17 - 0.18: the same ``ChunkGatedDeltaRule`` in ``vllm/model_executor/models/qwen3_next.py``
-  (0.17 has no ``--gdn-prefill-backend``: FlashInfer on every SM90).
-
-Only a choice of FlashInfer is examined; then the process's ``ChoiceGuard`` judges ``GDN_PREFILL`` (FlashInfer's
-GDN status: pre-flight findings on this machine's facts, the failure cache, the recorded failures of
-FlashInfer's own GDN modules), once per process: usable -> vLLM's choice stands; not usable and requested
-``auto`` -> Triton/FLA, with one warning per process naming the finding code and its fix; not usable and
-``--gdn-prefill-backend flashinfer`` -> ``ChoiceUnavailable`` at engine init instead of a silent ~1 h build, a
-hang or a failure at the first prefill. Every other choice (``triton``, ``cutedsl``, a GPU FlashInfer does not serve) is left alone. Ranks
-decide alike: the verdict depends only on the facts of the host and the failure cache, never on the rank, and
-is taken once per process so every layer (and vLLM's GDN attention metadata builder, which asks the same
-function) agrees.
+Only a choice of FlashInfer is examined; the process's ``ChoiceGuard`` judges it once, so every layer (and
+vLLM's GDN metadata builder) agrees: it stands, moves to Triton/FLA with one warning (``auto``), or stops the
+engine at init (``--gdn-prefill-backend flashinfer``). Ranks decide alike: host facts and the failure cache
+only. The layouts per release: docs/vllm.md, "Supported vLLM versions".
 """
 
 from __future__ import annotations

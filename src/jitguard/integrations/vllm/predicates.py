@@ -1,21 +1,10 @@
-"""vLLM's FlashInfer gates: the ``has_flashinfer*()`` predicates in ``vllm/utils/flashinfer.py`` that its
-MoE oracles, all-reduce fusion, FP8/FP4 GEMMs and FlashInfer autotuning ask before they pick a FlashInfer
-kernel (every release from 0.17 to 0.34 has them).
+"""vLLM's FlashInfer gates: the ``has_flashinfer*()`` predicates (``vllm/utils/flashinfer.py``) its MoE
+oracles, all-reduce fusion, FP8/FP4 GEMMs and autotuning ask before they pick a FlashInfer kernel.
 
-``has_flashinfer()`` itself is a presence check (the package, and nvcc or flashinfer-cubin): True on a host
-whose JIT link fails. jitguard wraps it and the MoE predicates (``has_flashinfer_moe``,
-``has_flashinfer_cutlass_fused_moe``, ``has_flashinfer_trtllm_fused_moe``): when vLLM's answer is True and
-FlashInfer cannot work here, the answer becomes False, so vLLM takes the path it takes on a host without
-FlashInfer (Triton fused MoE, its own kernels). A MoE backend named with ``--moe-backend flashinfer_*`` (or
-``VLLM_USE_FLASHINFER_MOE_*=1``) that cannot work raises ``ChoiceUnavailable`` instead.
-
-A predicate vLLM asks while it decides another guarded choice answers as vLLM does: that choice's site
-judges (vLLM 0.34's sampler asks ``has_flashinfer()`` inside ``flashinfer_sampler_supported``;
-``sites.decided_by_another``).
-
-The predicates are imported by name into other modules (``from vllm.utils.flashinfer import ...``); the
-import hook patches the module before those imports run, and a module imported earlier has its binding
-replaced too (``boundary.patches.rebind``).
+``has_flashinfer()`` only checks presence, so it says True on a host whose JIT link fails. jitguard's answer
+is False there (vLLM takes its non-FlashInfer path), or ``ChoiceUnavailable`` for a MoE backend the user
+named; a predicate asked while another guarded choice decides answers as vLLM does (``sites.decided_by_another``).
+Modules that imported a predicate by name earlier have their binding replaced too (``boundary.patches.rebind``).
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """vLLM's top-k/top-p sampler: FlashInfer's sampling kernels (JIT module ``sampling``) or vLLM's own.
 
-vLLM had two model runners until 0.33, each deciding on its own; 0.34 kept only the second
-(``vllm/v1/sample/ops/topk_topp_sampler.py`` holds the decision and FlashInfer's call for both):
-
-- V1 (``vllm/v1/sample/sampler.py``, 0.17 - 0.33): ``TopKTopPSampler.__init__`` sets ``self.forward`` to
-  ``forward_cuda`` (FlashInfer) or ``forward_native``. 0.17 - 0.20: only when ``VLLM_USE_FLASHINFER_SAMPLER=1``
-  (opt-in); 0.21 - 0.22: on by default, inline in ``__init__``; 0.23 - 0.33: through
-  ``flashinfer_sampler_supported()`` (0.33 also asks FlashInfer's ``check_cuda_arch``), which raises when the
-  variable was set explicitly and the GPU cannot serve. 0.34 removed this runner, ``TopKTopPSampler`` with it.
-- V2 (``vllm/v1/worker/gpu/sample/sampler.py``, 0.23 and later; the default runner for Qwen3, Llama and
-  Mistral in 0.24, the only one from 0.34): ``Sampler.__init__`` keeps ``flashinfer_sampler_supported()`` as
-  ``use_flashinfer`` and ``Sampler._sample_random`` calls ``flashinfer_sample()``, both imported by name.
-  0.34's predicate also asks ``has_flashinfer()`` first; jitguard's umbrella verdict on FlashInfer's other
-  kernels stays out of it (``sites.decided_by_another``): the sampler is judged on its own modules.
-
-vLLM's profile run samples with top-k/top-p at start-up, so the module is built (a few minutes of nvcc on a
-cold workspace) and a failed build takes the engine down before it serves (vLLM issue #50705). jitguard
-guards three names, so that both runners are covered whatever the release:
-
-- ``flashinfer_sampler_supported`` (0.23+): when vLLM answers True and FlashInfer cannot work here, the
-  answer becomes False (both runners then take vLLM's own sampling), or ``ChoiceUnavailable`` when the user
-  named FlashInfer with ``VLLM_USE_FLASHINFER_SAMPLER=1``;
-- ``TopKTopPSampler.__init__`` (0.17 - 0.33): the same verdict where the release decides inline
-  (0.17 - 0.22); a release without the class (0.34+) has its choice made by the predicate alone;
-- ``flashinfer_sample`` (0.17+): FlashInfer passed pre-flight and its first use fails to build anyway: the
-  classified failure is recorded (the next start decides at init), said once, and this call and every later
-  one sample with vLLM's own top-k/top-p (``apply_top_k_top_p``) and, where the release has it, its
-  ``random_sample`` of the softmax (what ``forward_native`` does; 0.34 has none: jitguard draws from the
-  softmax itself) instead of taking the engine down. Sampling keeps no state, so the switch is safe mid-run.
+vLLM's profile run samples at start-up, so a sampling module that cannot build takes the engine down before it
+serves. Three names are guarded, so both model runners are covered in every release: the predicate
+``flashinfer_sampler_supported`` (0.23+), ``TopKTopPSampler.__init__`` (to 0.33, where older releases decide
+inline) and ``flashinfer_sample``, whose failed first use is recorded and switches this and every later call
+to vLLM's own sampling (sampling keeps no state). Where each name lives per release: docs/vllm.md, "Supported vLLM versions".
 """
 
 from __future__ import annotations

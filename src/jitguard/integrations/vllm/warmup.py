@@ -1,24 +1,11 @@
 """vLLM's own GDN prefill warmup as evidence: a FlashInfer choice jitguard admitted is proven, or moved, before
 the engine reports ready.
 
-vLLM 0.21 and later warm every GDN layer's prefill kernels during the profile run
-(``_warmup_prefill_kernels`` of the GDN attention layer, in ``mamba/gdn/qwen_gdn_linear_attn.py`` from 0.22,
-``mamba/gdn_linear_attn.py`` in 0.21: one
-``chunk_gated_delta_rule`` call on a T=64 dummy input of the model's shapes), inside ``try/except Exception``
-that only logs a warning: a FlashInfer that cannot run (on the H100: a CUTLASS DSL that does not import, so
-``NotImplementedError('SM90 GDN prefill DSL kernel is unavailable')``) lets the engine report ready and die at
-the first request. jitguard watches that call, for the layers whose op runs FlashInfer:
-
-- it ran: FlashInfer GDN prefill is proven in this process (``ChoiceGuard.proven``), said once;
-- it raised: the failure is recorded in the failure cache under FlashInfer GDN prefill's name and this host's
-  fingerprint (the next start decides in the pre-flight, without the call), and then
-  - ``auto``: this layer and every later one switch to Triton/FLA (vLLM's own ``forward_native``), and the
-    layer's warmup runs again on Triton, so its autotuning still happens while memory is plentiful; one
-    warning says why;
-  - ``--gdn-prefill-backend flashinfer``: ``ChoiceUnavailable`` stops the start with the evidence.
-
-Whatever jitguard's pre-flight missed, the cause is the engine's own call: this does not depend on foreseeing
-it. A fault of jitguard's own here leaves vLLM's warmup as it is.
+vLLM (0.21+) runs every GDN layer's prefill once in its profile run and only logs a failure, so a FlashInfer
+that cannot run lets the engine report ready and die at its first request. jitguard watches that call: when it
+runs, FlashInfer is proven in this process; when it raises, the failure is settled as every failed proof is
+(``integrations/proof.py``: recorded by fingerprint, ``auto`` moved to Triton/FLA with the warmup rerun there,
+a named FlashInfer stopped). It does not depend on foreseeing the cause (docs/vllm.md).
 """
 
 from __future__ import annotations
