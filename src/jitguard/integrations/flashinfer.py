@@ -11,10 +11,10 @@ once when it already is:
 - ``run_ninja`` (in ``jit.cpp_ext`` and wherever FlashInfer imported the name, ``jit.core``) -> jitguard's runner, so every
   ninja build FlashInfer starts (AOT ``build_jit_specs`` included) is memory-bounded and watched;
 - ``flashinfer.gdn_prefill.get_gdn_prefill_module`` (0.6.3 - 0.6.13), as that module is imported ->
-  ``flashinfer_jit.gdn_router``: a GDN prefill call runs on a module built from only the instances calls need, not
+  ``gdn_variants.module_router``: a GDN prefill call runs on a module built from only the instances calls need, not
   FlashInfer's full module of 34 or 66 files (``JITGUARD_GDN_VARIANTS=all`` keeps the full module);
 - ``flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache.cached_compile`` (>= 0.6.14), as that module is
-  imported -> ``flashinfer_jit.cutedsl_cache``: each CuTeDSL GDN kernel is compiled once per host and loaded from
+  imported -> ``cutedsl.persisting_compile``: each CuTeDSL GDN kernel is compiled once per host and loaded from
   jitguard's kernel cache by every later process (``JITGUARD_CUTEDSL_CACHE=0`` keeps FlashInfer's per-process
   compile).
 
@@ -90,15 +90,15 @@ def uninstall() -> None:
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
             # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-            from jitguard.flashinfer_jit.gdn_router import unroute
+            from jitguard.gdn_variants.module_router import unroute
 
             unroute(gdn)
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
             # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
-            from jitguard.flashinfer_jit import cutedsl_cache
+            from jitguard.cutedsl import persisting_compile
 
-            cutedsl_cache.unroute(compile_cache)
+            persisting_compile.unroute(compile_cache)
 
 
 def is_active() -> bool:
@@ -233,7 +233,7 @@ def _on_import(module: ModuleType) -> None:
 def _route_gdn(module: ModuleType) -> bool:
     def route() -> bool:
         # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-        from jitguard.flashinfer_jit.gdn_router import route
+        from jitguard.gdn_variants.module_router import route
 
         return route(module)
 
@@ -245,9 +245,9 @@ def _route_gdn(module: ModuleType) -> bool:
 def _route_cutedsl(module: ModuleType) -> bool:
     def route() -> bool:
         # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
-        from jitguard.flashinfer_jit import cutedsl_cache
+        from jitguard.cutedsl import persisting_compile
 
-        return cutedsl_cache.route(module)
+        return persisting_compile.route(module)
 
     return shielded(
         "routing FlashInfer's CuTeDSL compile cache",
@@ -262,11 +262,14 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
     # lazy: the variant plan loads with a model config, not with the hook
-    from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
-    from jitguard.decision.gdn_variants import VariantError, family_for
-
     # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-    from jitguard.flashinfer_jit.gdn_router import expect
+    from jitguard.gdn_variants.module_router import expect
+    from jitguard.gdn_variants.variant_plan import (
+        VariantError,
+        family_for,
+        model_gdn_from_config,
+        variants_for_model,
+    )
 
     settings = Settings.from_env()
     family = family_for(_flashinfer_version())
