@@ -1,7 +1,7 @@
 """The FlashInfer names jitguard patches, calls or reads, in one list, and whether a FlashInfer tree has them.
 
 jitguard reaches into FlashInfer by module and name (``integrations.flashinfer``, ``flashinfer_jit``,
-``gdn.backends.flashinfer``, ``cutedsl.compile_routes``). When a release moves one, the patch or call stops
+``gdn_variants``, ``cutedsl``, ``gdn.backends.flashinfer``). When a release moves one, the patch or call stops
 applying; ``check(root, version)`` finds each name in a FlashInfer tree's source without importing it
 (``facts.source_names``), so a new release can be read before anyone installs it. ``NAMES`` is kept in step
 with the code that uses each name by a unit test (each entry's ``by`` module must name it).
