@@ -302,7 +302,7 @@ def _floor(requirement: str) -> str | None:
     return release if spec.contains(release, prereleases=True) else None
 
 
-# ---- the DSL as the engine will import it (cutedsl/dsl_path.py) ---------------------------------------------
+# ---- the DSL as the engine will import it (dsl_path.py) ---------------------------------------------------
 def importable(facts: Facts) -> list[Finding]:
     """Whether ``import cutlass`` in the engine finds the installed DSL, and each GPU arch's GDN prefill kernel
     module is there with the DSL modules it imports: ``cutlass-dsl-off-path`` (a skipped .pth),

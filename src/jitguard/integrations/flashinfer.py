@@ -261,9 +261,10 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
-    # lazy: the variant plan loads with a model config, not with the hook
     # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
     from jitguard.gdn_variants.module_router import expect
+
+    # lazy: the variant plan loads with a model config, not with the hook
     from jitguard.gdn_variants.variant_plan import (
         VariantError,
         family_for,
