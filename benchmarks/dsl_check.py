@@ -1,4 +1,4 @@
-"""The CuTeDSL install check (``jitguard.facts.dsl_install``) in a fresh process: every nvidia-cutlass-dsl* file
+"""The CuTeDSL install check (``jitguard.cutedsl.dsl_install``) in a fresh process: every nvidia-cutlass-dsl* file
 hashed against its wheel's RECORD (cold: no digests kept), vs the digests an earlier process kept in jitguard's
 cache dir (warm). Each run is a new interpreter, as each engine process is.
 
@@ -23,7 +23,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 PROBE = (
     "import json, sys, time\nfrom pathlib import Path\nt = time.perf_counter()\n"
-    "from jitguard.facts import dsl_install\n"
+    "from jitguard.cutedsl import dsl_install\n"
     "f = dsl_install.probe(cache_dir=Path(sys.argv[1]) if sys.argv[1] else None)\n"
     "print(json.dumps({'seconds': time.perf_counter() - t, 'bytes': f.bytes_hashed, 'files': "
     "sum(d.files_checked for d in f.dists), 'intact': all(d.intact for d in f.dists), "

@@ -272,14 +272,14 @@ def guard() -> dict[str, Any]:
     import torch
 
     import jitguard
-    from jitguard.decision.gdn_model_variants import variant_of_call
+    from jitguard.gdn_variants.variant_plan import variant_of_call
 
     jitguard.install()
     import flashinfer.gdn_prefill  # noqa: F401  (routes the module getter)
 
-    from jitguard.flashinfer_jit import gdn_router
+    from jitguard.gdn_variants import module_router
 
-    routed = gdn_router.router()
+    routed = module_router.router()
     assert routed is not None, "flashinfer.gdn_prefill was not routed"
     built = variant_of_call(
         "bfloat16",
@@ -322,9 +322,9 @@ def guard() -> dict[str, Any]:
 
 
 def _router_modules() -> dict[str, list[str]]:
-    from jitguard.flashinfer_jit import gdn_router
+    from jitguard.gdn_variants import module_router
 
-    routed = gdn_router.router()
+    routed = module_router.router()
     if routed is None:
         return {}
     return {name: [v.suffix for v in vs] for name, vs in routed.modules().items()}

@@ -13,7 +13,7 @@ prepared). For each release the report says, with jitguard's own finders (``fact
 - SGLang: the linear-attention hooks of each layout (``integrations.sglang.LAYOUTS``) and the plugin registry;
 - FlashInfer: every name jitguard patches, calls or reads (``integrations.flashinfer_names``), the CuTeDSL
   compile entry jitguard hooks, and FlashInfer's own CuTeDSL disk cache: which modules keep their kernels
-  there, which only in memory (jitguard's kernel cache keeps those), which nowhere (``facts.cutedsl_routes``).
+  there, which only in memory (jitguard's kernel cache keeps those), which nowhere (``cutedsl.compile_routes``).
 The FlashInfer each engine release pins is added unless ``--no-pins``. Writes ``release_report.md`` and
 ``release_report.json`` to ``--out``. Exit 1 when a release jitguard claims has lost a name it uses.
 """
@@ -39,8 +39,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from release_report_text import PACKAGES, PINNED, blocking, markdown
 
 from jitguard import __version__
+from jitguard.cutedsl.compile_routes import BARE, MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
 from jitguard.decision.engine_release import covers
-from jitguard.facts.cutedsl_routes import BARE, MEMORY_CACHE_MODULE, has_disk_cache, persists_itself, routes
 from jitguard.facts.flashinfer import era_of
 from jitguard.facts.source_names import FOUND, NAME_NOT_FOUND, find_name, module_source
 from jitguard.integrations import sglang

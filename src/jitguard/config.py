@@ -482,7 +482,7 @@ class Settings:
     share_publish: bool = False  # JITGUARD_SHARE_PUBLISH: also publish what a guarded build made
     share_timeout: float = 120.0  # JITGUARD_SHARE_TIMEOUT: bound on each store call and on a whole restore
     cutedsl_cache: bool = (
-        True  # JITGUARD_CUTEDSL_CACHE: keep compiled CuTeDSL kernels (flashinfer_jit.cutedsl_cache)
+        True  # JITGUARD_CUTEDSL_CACHE: keep compiled CuTeDSL kernels (cutedsl.persisting_compile)
     )
     warm: str = "auto"  # JITGUARD_WARM: restore/save engine-start JIT caches through the store (fleet.warm)
     warm_name: str = "default"  # JITGUARD_WARM_NAME: which snapshot of this stack and arch

@@ -55,7 +55,7 @@ from jitguard.gdn.reference import recurrent_gated_delta_rule
 ref_o, ref_s = recurrent_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=state)
 rel = lambda a, b: float((a.double() - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())
 from flashinfer.gdn_kernels.delta_rule_dsl import custom_compile_cache
-from jitguard.flashinfer_jit.cutedsl_cache import is_routed
+from jitguard.cutedsl.persisting_compile import is_routed
 print("RESULT " + json.dumps({
     "sha": hashlib.sha256(o.float().cpu().numpy().tobytes()).hexdigest(),
     "out_rel": rel(o, ref_o), "state_rel": rel(s, ref_s), "routed": is_routed(custom_compile_cache),

@@ -23,7 +23,7 @@ KERNEL_HEADER = '#include "flashinfer/flat/prefill/prefill_kernel_delta_rule_sm9
 
 
 def _plan() -> Any:
-    from jitguard.decision.gdn_variants import family_for, parse_variant, plan_for
+    from jitguard.gdn_variants.variant_plan import family_for, parse_variant, plan_for
 
     family = family_for("0.6.6")
     assert family is not None
@@ -67,8 +67,8 @@ def build() -> dict[str, Any]:
     from flashinfer.jit import env as jit_env
     from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
 
-    from jitguard.decision.gdn_variants import plan_for
-    from jitguard.flashinfer_jit.gdn_variants import MANIFEST, ROUTED, build_variant_module, prepare_spec
+    from jitguard.gdn_variants.partial_module import MANIFEST, ROUTED, build_variant_module, prepare_spec
+    from jitguard.gdn_variants.variant_plan import plan_for
     from jitguard.state.failure_cache import FailureCache
 
     plan = _plan()
@@ -121,9 +121,9 @@ def broken() -> dict[str, Any]:
     import jitguard
 
     jitguard.install()
-    from jitguard.decision.gdn_variants import falls_back_to_full
     from jitguard.errors import BuildFailed
-    from jitguard.flashinfer_jit.gdn_variants import build_variant_module, prepare_spec
+    from jitguard.gdn_variants.partial_module import build_variant_module, prepare_spec
+    from jitguard.gdn_variants.variant_plan import falls_back_to_full
     from jitguard.state.failure_cache import FailureCache
 
     plan = _plan()
@@ -153,10 +153,10 @@ def prebuilt() -> dict[str, Any]:
     jitguard.install()
     import flashinfer.gdn_prefill as gdn_prefill
 
-    from jitguard.flashinfer_jit import gdn_router
+    from jitguard.gdn_variants import module_router
 
-    routed = gdn_router.router()
-    out: dict[str, Any] = {"routed": gdn_router.is_routed(gdn_prefill), "router": routed is not None}
+    routed = module_router.router()
+    out: dict[str, Any] = {"routed": module_router.is_routed(gdn_prefill), "router": routed is not None}
     assert routed is not None
     getter = gdn_prefill.get_gdn_prefill_module
     out["same_namespace"] = getter() is getter()
@@ -177,9 +177,9 @@ def settings() -> dict[str, Any]:
     out: dict[str, Any] = {"install": jitguard.install()}
     import flashinfer.gdn_prefill as gdn_prefill
 
-    from jitguard.flashinfer_jit import gdn_router
+    from jitguard.gdn_variants import module_router
 
-    out["routed"] = gdn_router.is_routed(gdn_prefill)
+    out["routed"] = module_router.is_routed(gdn_prefill)
     out["cache_clear"] = callable(getattr(gdn_prefill.get_gdn_prefill_module, "cache_clear", None))
     return out
 

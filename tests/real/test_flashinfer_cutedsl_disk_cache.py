@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from flashinfer_releases import TINY_KERNEL, prepared, release_env
-from jitguard.facts.cutedsl_routes import DISK, MEMORY, has_disk_cache, persists_itself, routes
+from jitguard.cutedsl.compile_routes import DISK, MEMORY, has_disk_cache, persists_itself, routes
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 VERSION = "0.7.4"
@@ -61,7 +61,7 @@ cute.compile = COMPILES = Counting(cute.compile)
 from flashinfer.jit import env as jit_env
 from flashinfer.jit.cute_dsl_core import build_and_load_cute_dsl_kernel
 from flashinfer.gdn_kernels.delta_rule_dsl import custom_compile_cache as ccc
-from jitguard.flashinfer_jit.cutedsl_cache import is_routed
+from jitguard.cutedsl.persisting_compile import is_routed
 
 """
     + TINY_KERNEL

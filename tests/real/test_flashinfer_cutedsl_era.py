@@ -449,7 +449,7 @@ import jitguard
 jitguard.install()
 import flashinfer.gdn_prefill
 from flashinfer.gdn_kernels.delta_rule_dsl import custom_compile_cache as ccc, delta_rule_sm90
-from jitguard.flashinfer_jit.cutedsl_cache import is_routed
+from jitguard.cutedsl.persisting_compile import is_routed
 import cutlass, cutlass.cute as cute, torch
 from cutlass.cute.runtime import from_dlpack
 

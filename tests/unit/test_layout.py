@@ -1,7 +1,8 @@
 """The package is the data path (README "Layout"): each stage imports only from the stages before it.
 
 Walks every module's imports with ``ast`` (function-level imports too: a lazy import is still a dependency;
-only ``if TYPE_CHECKING:`` blocks are skipped, since annotations create no runtime arrow)."""
+only ``if TYPE_CHECKING:`` blocks are skipped, since annotations create no runtime arrow). A room's modules sit
+at its stage; a feature package's modules each at the stage its ``__init__.py``'s ``STAGES`` table names."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ STAGES = (
     (ROOT,),
 )
 RANK = {name: rank for rank, names in enumerate(STAGES) for name in names}
+# A feature package (a concern that crosses three or more stages: `cutedsl/`, `gdn_variants/`) is a folder whose
+# `__init__.py` holds a docstring and `STAGES = {module: stage}`, a literal naming each module's stage, and
+# imports nothing. Each module is ranked at its stage: it imports from rooms and feature modules at or before
+# that stage, and any stage at or after it may import it, so pure and impure stay apart inside the package.
+FEATURE_TABLE = "STAGES"
+FEATURE_STAGES = frozenset(RANK) - {ROOT, "__main__"}
 
 
 def _stage(module: str) -> str | None:
@@ -67,15 +74,22 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _named_from_root(name: str, package_dir: Path) -> str:
-    is_module = (package_dir / name).is_dir() or (package_dir / f"{name}.py").is_file()
-    return f"jitguard.{name}" if is_module else "jitguard"
+def _named_from(target: str, name: str, package_dir: Path) -> str:
+    """What ``from <target> import <name>`` depends on: the submodule ``name`` where it is one, else ``target``
+    (for ``jitguard`` itself: the root, which holds ``__version__`` and ``install()``)."""
+    folder = package_dir.joinpath(*target.split(".")[1:])
+    is_module = folder.is_dir() and ((folder / name).is_dir() or (folder / f"{name}.py").is_file())
+    return f"{target}.{name}" if is_module else target
 
 
 def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
     module = _module_name(path, package_dir)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
+
+    def add(line: int, target: str) -> None:
+        if (line, target) not in found:
+            found.append((line, target))
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
@@ -84,39 +98,134 @@ def _imports(path: Path, package_dir: Path) -> list[tuple[int, str]]:
                     visit(rest)
                 continue
             if isinstance(child, ast.Import):
-                found.extend((child.lineno, alias.name) for alias in child.names)
+                for alias in child.names:
+                    add(child.lineno, alias.name)
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")[: len(package.split(".")) - child.level + 1]
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
-                if target == "jitguard":  # `from jitguard import facts` names a stage, `__version__` the root
-                    found.extend(
-                        (child.lineno, _named_from_root(alias.name, package_dir)) for alias in child.names
-                    )
-                else:
-                    found.append((child.lineno, target))
+                if _stage(target) is None:
+                    add(child.lineno, target)
+                else:  # `from jitguard import facts` names a stage, `from jitguard.cutedsl import x` a module
+                    for alias in child.names:
+                        add(child.lineno, _named_from(target, alias.name, package_dir))
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
     return found
 
 
-def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
-    problems = []
-    for path in sorted(package_dir.rglob("*.py")):
-        source = _stage(_module_name(path, package_dir))
-        assert source is not None
-        if source not in RANK:
-            problems.append(f"{path.relative_to(package_dir)}: stage {source!r} is not placed in STAGES")
+def _stage_table(init: Path) -> dict[str, str] | None:
+    """The ``STAGES`` literal of a feature package's ``__init__.py``; None where there is none. Raises
+    ``ValueError`` for a table that is not a dict literal of module name -> stage name."""
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
             continue
+        if not any(isinstance(t, ast.Name) and t.id == FEATURE_TABLE for t in targets):
+            continue
+        table = ast.literal_eval(node.value) if node.value is not None else None
+        if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+        ):
+            raise ValueError(f"{FEATURE_TABLE} is not a dict literal of module name -> stage")
+        return table
+    return None
+
+
+def feature_packages(package_dir: Path = PACKAGE) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Every feature package's table ({package: {module: stage}}), and what is wrong with the tables: a stage
+    that is not one, a module of the package left out, a name that is no module of it, an import in the face."""
+    features: dict[str, dict[str, str]] = {}
+    problems = []
+    for init in sorted(package_dir.glob("*/__init__.py")):
+        name = init.parent.name
+        if name in RANK:
+            continue
+        try:
+            table = _stage_table(init)
+        except ValueError as exc:
+            problems.append(f"{name}/__init__.py: {exc}")
+            continue
+        if table is None:
+            continue
+        features[name] = table
+        modules = {
+            _module_name(p, package_dir).removeprefix(f"jitguard.{name}.")
+            for p in init.parent.rglob("*.py")
+            if p != init
+        }
+        problems += [
+            f"{name}/__init__.py: {m!r} is at an unknown stage {s!r}"
+            for m, s in table.items()
+            if s not in FEATURE_STAGES
+        ]
+        problems += [
+            f"{name}/__init__.py: {m!r} is no module of {name}/" for m in sorted(set(table) - modules)
+        ]
+        problems += [
+            f"{name}/{m.replace('.', '/')}.py: not in {name}/__init__.py's {FEATURE_TABLE}"
+            for m in sorted(modules - set(table))
+        ]
+        problems += [
+            f"{name}/__init__.py:{line}: a feature package's face imports nothing ({target})"
+            for line, target in _imports(init, package_dir)
+            if target != "__future__"
+        ]
+    return features, problems
+
+
+def _rank(module: str, features: dict[str, dict[str, str]]) -> int | None:
+    """Where ``module`` (``jitguard...``) stands in STAGES; None where it is placed nowhere."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return RANK[ROOT]
+    if parts[1] in features:
+        if len(parts) == 2:
+            return RANK["config"]  # the face imports nothing: the ground
+        stage = features[parts[1]].get(".".join(parts[2:]))
+        return RANK[stage] if stage in FEATURE_STAGES else None
+    return RANK.get(parts[1])
+
+
+def _label(module: str, features: dict[str, dict[str, str]]) -> str:
+    """How a problem names the importer: its room, or a feature module and its stage."""
+    stage = _stage(module)
+    assert stage is not None
+    if stage in features:
+        return f"{module.removeprefix('jitguard.')} ({features[stage].get(module.split('.', 2)[-1], '?')})"
+    return stage
+
+
+def backward_imports(package_dir: Path = PACKAGE) -> list[str]:
+    features, problems = feature_packages(package_dir)
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(path, package_dir)
+        source = _stage(module)
+        assert source is not None
+        if source in features and module == f"jitguard.{source}":
+            continue  # the face: feature_packages() checks it imports nothing
+        if source not in RANK and source not in features:
+            problems.append(
+                f"{path.relative_to(package_dir)}: stage {source!r} is not placed in STAGES, nor a feature package"
+            )
+            continue
+        rank = _rank(module, features)
+        if rank is None:
+            continue  # a module its package's table leaves out or misplaces: reported above
         for line, target in _imports(path, package_dir):
-            stage = _stage(target)
-            if stage is None or stage == source:
+            if _stage(target) is None:
                 continue
-            if stage not in RANK or RANK[stage] > RANK[source]:
-                problems.append(f"{path.relative_to(package_dir)}:{line}: {source} imports {target}")
+            to = _rank(target, features)
+            if to is None or to > rank:
+                problems.append(
+                    f"{path.relative_to(package_dir)}:{line}: {_label(module, features)} imports {target}"
+                )
     return problems
 
 
@@ -143,6 +252,82 @@ def test_the_walker_sees_a_backward_import(tmp_path: Path) -> None:
     (fake / "probe.py").write_text("def f():\n    from jitguard.cli import main\n    return main\n")
     (tmp_path / "jitguard" / "__init__.py").write_text("")
     assert backward_imports(tmp_path / "jitguard") == ["facts/probe.py:2: facts imports jitguard.cli"]
+
+
+def test_the_feature_packages_name_each_of_their_modules_at_a_stage() -> None:
+    features, problems = feature_packages()
+    assert problems == []
+    assert {"cutedsl", "gdn_variants"} <= set(features)
+
+
+def _feature(tmp_path: Path, table: str, modules: dict[str, str]) -> Path:
+    """A package with a feature ``feat/`` (``table``: its ``__init__.py``) and the rooms' files in ``modules``."""
+    package = tmp_path / "jitguard"
+    (package / "feat").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "feat" / "__init__.py").write_text(f'"""A feature."""\n\n{table}\n')
+    for name, source in modules.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(source)
+    return package
+
+
+def test_a_feature_module_imports_only_at_or_before_its_own_stage(tmp_path: Path) -> None:
+    """Ranked at its declared stage: a backward import out of the package, inside it and into it is reported;
+    the same imports downhill are not."""
+    package = _feature(
+        tmp_path,
+        'STAGES = {"probe": "facts", "route": "flashinfer_jit"}',
+        {
+            "feat/probe.py": "from jitguard.feat import route\nfrom jitguard.state import record\n",
+            "feat/route.py": "from jitguard.feat import probe\nfrom jitguard.supervise import runner\n",
+            "facts/disk.py": "from jitguard.feat.probe import x\n\ndef f():\n    from jitguard.feat import route\n",
+            "cli/main.py": "from jitguard.feat import probe, route\n",
+            "state/record.py": "",
+            "supervise/runner.py": "",
+        },
+    )
+    assert backward_imports(package) == [
+        "facts/disk.py:4: facts imports jitguard.feat.route",
+        "feat/probe.py:1: feat.probe (facts) imports jitguard.feat.route",
+        "feat/probe.py:2: feat.probe (facts) imports jitguard.state.record",
+    ]
+
+
+def test_a_feature_module_left_out_of_its_table_is_reported(tmp_path: Path) -> None:
+    package = _feature(tmp_path, 'STAGES = {"probe": "facts"}', {"feat/probe.py": "", "feat/extra.py": ""})
+    assert backward_imports(package) == ["feat/extra.py: not in feat/__init__.py's STAGES"]
+
+
+def test_a_table_naming_an_unknown_stage_or_module_is_reported(tmp_path: Path) -> None:
+    package = _feature(
+        tmp_path,
+        'STAGES = {"probe": "facts", "route": "build", "gone": "state"}',
+        {"feat/probe.py": "", "feat/route.py": ""},
+    )
+    assert backward_imports(package) == [
+        "feat/__init__.py: 'route' is at an unknown stage 'build'",
+        "feat/__init__.py: 'gone' is no module of feat/",
+    ]
+
+
+def test_a_feature_package_face_imports_nothing(tmp_path: Path) -> None:
+    package = _feature(
+        tmp_path,
+        'from __future__ import annotations\nfrom jitguard.feat import probe\nSTAGES = {"probe": "facts"}',
+        {"feat/probe.py": ""},
+    )
+    assert backward_imports(package) == [
+        "feat/__init__.py:4: a feature package's face imports nothing (jitguard.feat.probe)"
+    ]
+
+
+def test_a_folder_that_is_neither_a_room_nor_a_feature_is_reported(tmp_path: Path) -> None:
+    package = _feature(tmp_path, "TABLE = {}", {"feat/probe.py": ""})
+    assert backward_imports(package) == [
+        "feat/__init__.py: stage 'feat' is not placed in STAGES, nor a feature package",
+        "feat/probe.py: stage 'feat' is not placed in STAGES, nor a feature package",
+    ]
 
 
 def test_type_checking_imports_are_not_arrows(tmp_path: Path) -> None:
@@ -207,6 +392,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "facts/__init__.py",
         "jitguard.facts",
     ): "every probe's import runs facts/__init__; only collect() needs them all",
+    (
+        "facts/__init__.py",
+        "jitguard.cutedsl",
+    ): "every probe's import runs facts/__init__; only collect() needs the DSL's probes",
     ("gdn/backends/__init__.py", "jitguard.gdn.backends"): "each backend's import runs it; not all three",
     (
         "errors.py",
@@ -235,19 +424,19 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ): "the build stage, when FlashInfer builds",
     (
         "integrations/flashinfer.py",
-        "jitguard.flashinfer_jit.gdn_router",
+        "jitguard.gdn_variants.module_router",
     ): "with FlashInfer's GDN prefill module",
     (
         "integrations/flashinfer.py",
-        "jitguard.flashinfer_jit",
+        "jitguard.cutedsl",
     ): "the kernel cache, with FlashInfer's CuTeDSL module",
     (
-        "flashinfer_jit/gdn_variants.py",
+        "gdn_variants/partial_module.py",
         "jitguard.flashinfer_jit.flashinfer_build",
     ): "the build stage, on a build",
     (
         "gdn/backends/flashinfer.py",
-        "jitguard.flashinfer_jit",
+        "jitguard.cutedsl",
     ): "the kernel cache, where FlashInfer uses CuTeDSL",
     ("integrations/choices.py", "jitguard.gdn.dispatch"): "the GDN op, when the engine asks its status",
     ("integrations/choices.py", "jitguard.state.failure_cache"): "under the guard's shield, where it runs",
@@ -261,9 +450,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ): "under the guard's shield, where it runs",
     (
         "integrations/flashinfer.py",
-        "jitguard.decision.gdn_model_variants",
+        "jitguard.gdn_variants.variant_plan",
     ): "the variant plan, with a model config",
-    ("integrations/flashinfer.py", "jitguard.decision.gdn_variants"): "the variant plan, with a model config",
     (
         "integrations/vllm/gdn.py",
         "jitguard.integrations.flashinfer",
@@ -300,27 +488,30 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
     ),
     "cli/build_flashinfer.py": frozenset(
         {
+            "jitguard.cli.build_flashinfer_plan",
             "jitguard.cli.envelope",
-            "jitguard.cli.flashinfer_variants",
             "jitguard.cli.report",
             "jitguard.facts.flashinfer",
             "jitguard.findings.catalog",
             "jitguard.flashinfer_jit.flashinfer_build",
-            "jitguard.flashinfer_jit.gdn_variants",
+            "jitguard.gdn_variants.partial_module",
             "jitguard.state.failure_cache",
             "jitguard.supervise.build_options",
         }
+    ),
+    "cli/build_flashinfer_plan.py": frozenset(
+        {"jitguard.cli.envelope", "jitguard.facts.flashinfer", "jitguard.gdn_variants.variant_plan"}
     ),
     "cli/cache.py": frozenset(
         {
             "jitguard.cli.envelope",
             "jitguard.cli.report",
+            "jitguard.cutedsl.kernel_cache",
             "jitguard.facts",
             "jitguard.facts.disk",
             "jitguard.findings.checks_disk",
             "jitguard.state.failure_cache",
             "jitguard.state.job_memory",
-            "jitguard.state.kernel_cache",
             "jitguard.state.module_names",
         }
     ),
@@ -344,14 +535,6 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.gdn.dispatch",
             "jitguard.integrations.vllm.preview",
             "jitguard.supervise.build_options",
-        }
-    ),
-    "cli/flashinfer_variants.py": frozenset(
-        {
-            "jitguard.cli.envelope",
-            "jitguard.decision.gdn_model_variants",
-            "jitguard.decision.gdn_variants",
-            "jitguard.facts.flashinfer",
         }
     ),
     "cli/gdn.py": frozenset(

@@ -6,8 +6,8 @@ For a Docker build step or CI, also on a host without a GPU: the arch comes from
 one (failure cache, pre-flight, module lock, supervised runner, GLIBCXX check) but the module is not loaded.
 
 With ``--model PATH/config.json`` (or ``--variant NAME``) it builds only the GDN instances that model uses
-(``decision.gdn_variants``: its dtype and head layout; vLLM always passes beta, alpha and an initial state)
-into a module of their own name, which the serving process finds (``flashinfer_jit.gdn_router``); ``--plan``
+(``gdn_variants.variant_plan``: its dtype and head layout; vLLM always passes beta, alpha and an initial state)
+into a module of their own name, which the serving process finds (``gdn_variants.module_router``); ``--plan``
 prints what would be compiled, in well under a second, on any host (no FlashInfer import, no compile).
 
 A doomed environment fails in about a second, before FlashInfer is even imported: the pre-flight runs on the
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jitguard.cli.build import add_share_arguments
-from jitguard.cli.flashinfer_variants import installed_version, selection_from
+from jitguard.cli.build_flashinfer_plan import installed_version, selection_from
 from jitguard.config import Settings, format_bytes, parse_duration, parse_jobs, parse_memory_spec
 from jitguard.errors import EXIT_FAILURE, EXIT_OK, BuildFailed, UsageError
 
 if TYPE_CHECKING:
-    from jitguard.cli.flashinfer_variants import Selection
+    from jitguard.cli.build_flashinfer_plan import Selection
     from jitguard.findings.model import Finding
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule
     from jitguard.supervise.build_options import BuildOptions
@@ -116,7 +116,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.flashinfer_version and not args.plan:
         raise UsageError("--flashinfer-version plans for another FlashInfer; it needs --plan")
     if args.plan:
-        from jitguard.cli.flashinfer_variants import report_plan
+        from jitguard.cli.build_flashinfer_plan import report_plan
 
         return report_plan(args, env, started)
     options = _options(args, env)
@@ -244,7 +244,7 @@ def _build(
     )
     try:
         if plan is not None:
-            from jitguard.flashinfer_jit.gdn_variants import build_variant_module
+            from jitguard.gdn_variants.partial_module import build_variant_module
 
             return build_variant_module(plan, load=False, options=options, env=env), None
         spec = _gdn_spec(module)

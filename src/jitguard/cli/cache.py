@@ -1,5 +1,5 @@
 """`jitguard cache list|clear`: what jitguard remembers (build outcomes, memory per job, the CuTeDSL kernels it
-keeps: ``state.kernel_cache``); forgetting it.
+keeps: ``cutedsl.kernel_cache``); forgetting it.
 
 The failure cache makes a doomed build cost nothing at the next start; `clear` is how a user says "try again
 anyway" (normally unnecessary: fixing the cause changes the environment fingerprint by itself). A cache dir
@@ -56,9 +56,9 @@ def configure(subparsers: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from jitguard.cutedsl.kernel_cache import KernelCache
     from jitguard.state.failure_cache import FailureCache, ttl_from_env
     from jitguard.state.job_memory import JobMemoryStore
-    from jitguard.state.kernel_cache import KernelCache
 
     cache_dir = default_cache_dir()
     _refuse_a_file_in_the_way(cache_dir)

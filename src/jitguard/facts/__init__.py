@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jitguard.config import default_cache_dir
 
 if TYPE_CHECKING:
+    from jitguard.cutedsl.dsl_install import DslInstallFacts
+    from jitguard.cutedsl.dsl_path import DslPathFacts
     from jitguard.facts.disk import DiskFacts
-    from jitguard.facts.dsl_install import DslInstallFacts
-    from jitguard.facts.dsl_path import DslPathFacts
     from jitguard.facts.environment import EnvironmentFacts
     from jitguard.facts.filesystems import FilesystemFacts
     from jitguard.facts.flashinfer import FlashinferFacts
@@ -99,10 +99,9 @@ class Facts:
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
     """Probe everything. ``env`` defaults to os.environ; ``cache_dir`` to jitguard's cache dir."""
     # lazy: every `import jitguard.facts.<probe>` runs this file first; only collect() needs them all
+    from jitguard.cutedsl import dsl_install, dsl_path
     from jitguard.facts import (
         disk,
-        dsl_install,
-        dsl_path,
         environment,
         filesystems,
         fingerprint,

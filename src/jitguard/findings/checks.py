@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from jitguard.cutedsl import dsl_checks
 from jitguard.facts import FactUnavailable
 from jitguard.facts.flashinfer import gdn_kernel_modules
 from jitguard.facts.import_probe import probe_import
 from jitguard.findings import (
     checks_arch,
-    checks_dsl,
     checks_filesystems,
     checks_packages,
     checks_system,
@@ -110,7 +110,7 @@ def deep_checks(
         first = pool.submit(probe_import, module, timeout=timeout, env=env)
         probes = [(k, pool.submit(probe_import, k.module, timeout=timeout, env=env)) for k in kernels]
     version = facts.flashinfer.version if backend == "flashinfer" else None
-    cause = checks_dsl.dsl_cause(first.result(), facts) if backend == "flashinfer" else None
+    cause = dsl_checks.dsl_cause(first.result(), facts) if backend == "flashinfer" else None
     found = import_findings(
         first.result(),
         version=version,
@@ -121,7 +121,7 @@ def deep_checks(
     if found:
         return found  # the package itself fails to import: its kernel module fails the same way, first
     for kernel, probe in probes:
-        found += checks_dsl.kernel_import(probe.result(), kernel, facts)
+        found += dsl_checks.kernel_import(probe.result(), kernel, facts)
     return found
 
 

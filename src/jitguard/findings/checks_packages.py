@@ -3,7 +3,7 @@
 flashinfer: torch (a CUDA build), flashinfer-python new enough for GDN prefill, its companions at matching
 versions (jit-cache, cubin: a mismatch makes `import flashinfer` raise), nvidia-cutlass-dsl at FlashInfer's
 own floor in the CuTeDSL era, its wheels' files intact and importable the way the engine imports them, with each
-GPU arch's GDN kernel module present (``checks_dsl``); info when a prebuilt module makes
+GPU arch's GDN kernel module present (``dsl_checks``); info when a prebuilt module makes
 the compile unnecessary or when every process compiles. triton: torch, fla-core >= 0.6.0, triton. torch: torch.
 """
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from jitguard.cutedsl import dsl_checks
 from jitguard.facts.flashinfer import (
     ERA_CUTEDSL,
     ERA_NONE,
@@ -21,7 +22,6 @@ from jitguard.facts.flashinfer import (
     FlashinferFacts,
 )
 from jitguard.facts.import_probe import ImportProbe
-from jitguard.findings import checks_dsl
 from jitguard.findings.catalog import make
 from jitguard.findings.checks_jitguard import unit
 from jitguard.findings.model import Finding
@@ -40,8 +40,8 @@ def check(facts: Facts, backend: str) -> list[Finding]:
         # Its own unit: an unknown RECORD check is one fact-unavailable, never the loss of the others.
         return (
             unit(backend, lambda: _flashinfer(facts))
-            + unit(backend, lambda: checks_dsl.install(facts))
-            + unit(backend, lambda: checks_dsl.importable(facts))
+            + unit(backend, lambda: dsl_checks.install(facts))
+            + unit(backend, lambda: dsl_checks.importable(facts))
         )
     if backend == "triton":
         return unit(backend, lambda: _triton(facts.packages))

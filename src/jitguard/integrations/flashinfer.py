@@ -3,9 +3,9 @@
 Applied to FlashInfer's own objects the moment ``flashinfer.jit.core`` is imported (an import hook, so
 ``install()`` never imports FlashInfer itself): ``JitSpec.build_and_load`` goes through the supervised, shared
 build (nvcc modules only), ``run_ninja`` through jitguard's runner, the nvcc-era GDN prefill module getter
-through a module built from the instances calls need, and the CuTeDSL era's kernel compile through jitguard's
-kernel cache. Every patch goes through ``boundary.patches``; ``JITGUARD_DISABLE=1`` makes it a no-op. Versions
-and switches: docs/design.md and docs/cutedsl.md.
+through a module of only the instances calls need (``gdn_variants``), and the CuTeDSL era's kernel compile
+through jitguard's kernel cache (``cutedsl``). Every patch goes through ``boundary.patches``;
+``JITGUARD_DISABLE=1`` makes it a no-op. Versions and switches: docs/design.md and docs/cutedsl.md.
 """
 
 from __future__ import annotations
@@ -74,15 +74,15 @@ def uninstall() -> None:
         gdn = sys.modules.get(GDN_MODULE)
         if gdn is not None:
             # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-            from jitguard.flashinfer_jit.gdn_router import unroute
+            from jitguard.gdn_variants.module_router import unroute
 
             unroute(gdn)
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
             # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
-            from jitguard.flashinfer_jit import cutedsl_cache
+            from jitguard.cutedsl import persisting_compile
 
-            cutedsl_cache.unroute(compile_cache)
+            persisting_compile.unroute(compile_cache)
 
 
 def is_active() -> bool:
@@ -217,7 +217,7 @@ def _on_import(module: ModuleType) -> None:
 def _route_gdn(module: ModuleType) -> bool:
     def route() -> bool:
         # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-        from jitguard.flashinfer_jit.gdn_router import route
+        from jitguard.gdn_variants.module_router import route
 
         return route(module)
 
@@ -229,9 +229,9 @@ def _route_gdn(module: ModuleType) -> bool:
 def _route_cutedsl(module: ModuleType) -> bool:
     def route() -> bool:
         # lazy: the kernel cache loads with FlashInfer's CuTeDSL module, not with the hook
-        from jitguard.flashinfer_jit import cutedsl_cache
+        from jitguard.cutedsl import persisting_compile
 
-        return cutedsl_cache.route(module)
+        return persisting_compile.route(module)
 
     return shielded(
         "routing FlashInfer's CuTeDSL compile cache",
@@ -245,12 +245,16 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
     variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
-    # lazy: the variant plan loads with a model config, not with the hook
-    from jitguard.decision.gdn_model_variants import model_gdn_from_config, variants_for_model
-    from jitguard.decision.gdn_variants import VariantError, family_for
-
     # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
-    from jitguard.flashinfer_jit.gdn_router import expect
+    from jitguard.gdn_variants.module_router import expect
+
+    # lazy: the variant plan loads with a model config, not with the hook
+    from jitguard.gdn_variants.variant_plan import (
+        VariantError,
+        family_for,
+        model_gdn_from_config,
+        variants_for_model,
+    )
 
     settings = Settings.from_env()
     family = family_for(_flashinfer_version())

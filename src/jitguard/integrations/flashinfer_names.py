@@ -1,7 +1,7 @@
 """The FlashInfer names jitguard patches, calls or reads, in one list, and whether a FlashInfer tree has them.
 
 jitguard reaches into FlashInfer by module and name (``integrations.flashinfer``, ``flashinfer_jit``,
-``gdn.backends.flashinfer``, ``facts.cutedsl_routes``). When a release moves one, the patch or call stops
+``gdn_variants``, ``cutedsl``, ``gdn.backends.flashinfer``). When a release moves one, the patch or call stops
 applying; ``check(root, version)`` finds each name in a FlashInfer tree's source without importing it
 (``facts.source_names``), so a new release can be read before anyone installs it. ``NAMES`` is kept in step
 with the code that uses each name by a unit test (each entry's ``by`` module must name it).
@@ -63,7 +63,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "FLASHINFER_JIT_DIR, FLASHINFER_AOT_DIR",
         ">=0.6.2",
         "read",
-        "jitguard.flashinfer_jit.gdn_router",
+        "jitguard.gdn_variants.module_router",
         "where a built or prebuilt GDN module lies",
     ),
     FlashInferName(
@@ -79,7 +79,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "get_gdn_prefill_module",
         ">=0.6.3,<0.6.14",
         "patched",
-        "jitguard.flashinfer_jit.gdn_router",
+        "jitguard.gdn_variants.module_router",
         "a call builds only the GDN instances it needs, not all 34 or 66 files",
     ),
     FlashInferName(
@@ -87,7 +87,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "gen_gdn_prefill_sm90_module",
         ">=0.6.3,<0.6.14",
         "called",
-        "jitguard.flashinfer_jit.gdn_variants",
+        "jitguard.gdn_variants.partial_module",
         "the full GDN module's spec, cut down to the model's variants",
     ),
     FlashInferName(
@@ -95,7 +95,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "cached_compile, _in_mem_compile_cache, _compile_options_key",
         ">=0.6.14",
         "patched",
-        "jitguard.flashinfer_jit.cutedsl_cache",
+        "jitguard.cutedsl.persisting_compile",
         "the CuTeDSL compile entry: GDN prefill kernels FlashInfer keeps in memory only, kept on disk by jitguard",
     ),
     FlashInferName(
@@ -111,7 +111,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "JitSpecCuteDsl, build_and_load_cute_dsl_kernel",
         ">=0.6.18",
         "deferred to",
-        "jitguard.facts.cutedsl_routes",
+        "jitguard.cutedsl.compile_routes",
         "FlashInfer's own CuTeDSL disk cache: kernels it keeps are left to it",
     ),
 )

@@ -1,2 +1,3 @@
 """The record: what a build leaves for the next process (outcomes by environment fingerprint, learned memory per
-compile job, kept CuTeDSL kernels), in jitguard's trusted cache dir (``jitguard.fileio``)."""
+compile job, the passes of engine proofs), in jitguard's trusted cache dir (``jitguard.fileio``). The kept
+CuTeDSL kernels are recorded at this stage too, by ``cutedsl.kernel_cache``."""

@@ -173,7 +173,7 @@ def test_list_and_clear_the_kept_cutedsl_kernels(
     cache: FailureCache, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from envelope_schemas import assert_valid as validate
-    from jitguard.state.kernel_cache import KernelCache, KernelKey
+    from jitguard.cutedsl.kernel_cache import KernelCache, KernelKey
 
     kernels = KernelCache(cache.cache_dir)
     key = KernelKey("_FullyFusedDeltaRuleSm90(BFloat16, alpha, beta)", {"kernel": "k", "arch": "sm_90a"})

@@ -3,47 +3,21 @@ package directories in a temporary site directory) for the versions this machine
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fake_dists import make_dist
 from finding_asserts import assert_filled, codes, only
-from jitguard.facts import Facts, disk, environment, flashinfer, gpu, import_probe, memory, packages
+from jitguard.facts import flashinfer, import_probe, packages
 from jitguard.facts.gpu import GpuFacts
 from jitguard.facts.packages import PackageFacts, PackageInfo
 from jitguard.findings import checks_packages
+from machine_facts import make_facts
 
 FI_VERSION = packages.probe().version("flashinfer-python")
 needs_flashinfer = pytest.mark.skipif(FI_VERSION is None, reason="flashinfer-python is not installed")
-
-
-def make_facts(tmp_path: Path, env_extra: dict[str, str] | None = None, **changes: Any) -> Facts:
-    env = {
-        "HOME": str(tmp_path / "home"),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
-        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"),
-        **(env_extra or {}),
-    }
-    pkgs = changes.pop("packages", None) or packages.probe()
-    fi = flashinfer.probe(pkgs, env)
-    facts = Facts(
-        gpu=gpu.probe(env),
-        toolchain=None,  # type: ignore[arg-type]  # not read by these checks
-        link=None,  # type: ignore[arg-type]
-        libstdcxx=None,  # type: ignore[arg-type]
-        memory=memory.probe(),
-        disk=disk.probe([fi.workspace_dir]),
-        packages=pkgs,
-        flashinfer=fi,
-        environment=environment.probe(env),
-        fingerprint="test",
-    )
-    return dataclasses.replace(facts, **changes)
 
 
 def with_packages(**versions: str | None) -> PackageFacts:

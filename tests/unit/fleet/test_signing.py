@@ -251,8 +251,8 @@ def test_a_bad_signing_key_fails_the_publish_before_anything_is_uploaded(tmp_pat
 
 
 def test_a_cutedsl_kernel_from_an_untrusted_publisher_is_refused(tmp_path: Path, keys: dict) -> None:
-    from jitguard.flashinfer_jit import cutedsl_objects
-    from jitguard.state.kernel_cache import KernelCache, KernelKey
+    from jitguard.cutedsl import kernel_objects
+    from jitguard.cutedsl.kernel_cache import KernelCache, KernelKey
 
     store = tmp_path / "store"
     store.mkdir()
@@ -260,11 +260,11 @@ def test_a_cutedsl_kernel_from_an_untrusted_publisher_is_refused(tmp_path: Path,
     publisher = Settings(
         share_url=f"file://{store}", share_timeout=30, signing_key=tmp_path / "keys" / "other"
     )
-    cutedsl_objects.publish_shared(publisher, key, b"\x7fELF kernel", "cute-object")
+    kernel_objects.publish_shared(publisher, key, b"\x7fELF kernel", "cute-object")
     trusting_a = Settings(share_url=f"file://{store}", share_timeout=30, trusted_keys=keys["a"].line)
     cache = KernelCache(tmp_path / "jitguard")
-    assert cutedsl_objects.fetch_shared(trusting_a, cache, key) is None  # refused: compiled here instead
-    assert cutedsl_objects._share(trusting_a, key).fetch(tmp_path / "k").action == "refused"
+    assert kernel_objects.fetch_shared(trusting_a, cache, key) is None  # refused: compiled here instead
+    assert kernel_objects._share(trusting_a, key).fetch(tmp_path / "k").action == "refused"
     trusting_other = Settings(share_url=f"file://{store}", share_timeout=30, trusted_keys=keys["other"].line)
-    fetched = cutedsl_objects._share(trusting_other, key).fetch(tmp_path / "k2")
+    fetched = kernel_objects._share(trusting_other, key).fetch(tmp_path / "k2")
     assert fetched.action == "fetched" and f"signed by key {keys['other'].key_id} (trusted)" in fetched.detail

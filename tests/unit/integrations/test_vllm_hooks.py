@@ -143,13 +143,13 @@ def test_a_flashinfer_choice_tells_the_gdn_router_the_models_instances_before_th
     import json
     from types import SimpleNamespace
 
-    from jitguard.decision.gdn_variants import family_for
-    from jitguard.flashinfer_jit import gdn_router
+    from jitguard.gdn_variants import module_router
+    from jitguard.gdn_variants.variant_plan import family_for
 
     family = family_for(plugin_flashinfer_version())
     if family is None:
         pytest.skip("needs an nvcc-era flashinfer-python (0.6.3 - 0.6.13) installed")
-    monkeypatch.setattr(gdn_router, "_expected", set())
+    monkeypatch.setattr(module_router, "_expected", set())
     config = json.loads((Path(__file__).parents[2] / "data/models/qwen3_5/config.json").read_text())
     text = SimpleNamespace(to_dict=lambda: config["text_config"])
     vllm_config = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=text, dtype="torch.bfloat16"))
@@ -160,7 +160,7 @@ def test_a_flashinfer_choice_tells_the_gdn_router_the_models_instances_before_th
         assert module._resolve_gdn_prefill_backend(vllm_config) == ("auto", "flashinfer")
         module._resolve_gdn_prefill_backend(vllm_config)  # every layer asks: planned (and logged) once
     suffix = "bf16_g1b1a1i1" + ("c0" if family.has_checkpointing else "")
-    assert [v.suffix for v in gdn_router.expected()] == [suffix]
+    assert [v.suffix for v in module_router.expected()] == [suffix]
     planned = [r.getMessage() for r in caplog.records if "needs the instance" in r.getMessage()]
     assert len(planned) == 1 and suffix in planned[0]
 

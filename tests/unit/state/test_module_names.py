@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jitguard.decision.gdn_variants import FULL_MODULE, family_for, module_name, parse_variant
 from jitguard.gdn.backends import flashinfer
+from jitguard.gdn_variants.variant_plan import FULL_MODULE, family_for, module_name, parse_variant
 from jitguard.state.module_names import GDN_OP_FLASHINFER, Selection, select
 
 RECORDED = [

@@ -1,7 +1,7 @@
 """The FlashInfer backend: ``flashinfer.gdn_prefill.chunk_gated_delta_rule`` (SM90 Hopper and newer).
 
-Two eras share one signature: nvcc (0.6.3 - 0.6.13: a JIT module, routed through ``flashinfer_jit.gdn_router``)
-and CuTeDSL (>= 0.6.14: in-process kernels, through ``flashinfer_jit.cutedsl_cache``). From jitguard's
+Two eras share one signature: nvcc (0.6.3 - 0.6.13: a JIT module, routed through ``gdn_variants.module_router``)
+and CuTeDSL (>= 0.6.14: in-process kernels, through ``cutedsl.persisting_compile``). From jitguard's
 convention: ``alpha = exp(g)``, float32 alpha and beta, q/k l2-normalised by jitguard (docs/gdn.md).
 """
 
@@ -13,12 +13,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.gdn import CallSpec
-from jitguard.decision.gdn_model_variants import variant_of_call
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
-from jitguard.flashinfer_jit.gdn_router import route, router
 from jitguard.gdn.call import GdnCall
 from jitguard.gdn.reference import l2norm
+from jitguard.gdn_variants.module_router import route, router
+from jitguard.gdn_variants.variant_plan import variant_of_call
 
 if TYPE_CHECKING:
     import torch
@@ -92,7 +92,7 @@ def input_findings(spec: CallSpec) -> list[Finding]:
 
 def load() -> None:
     """Import FlashInfer's GDN prefill. nvcc era: route its module getter through jitguard's variant router
-    (``flashinfer_jit.gdn_router``: a call builds only the instances it needs, ``prepare``), or, with the variants
+    (``gdn_variants.module_router``: a call builds only the instances it needs, ``prepare``), or, with the variants
     off (``JITGUARD_GDN_VARIANTS=all``), build (or load the cached) full module now, so a build or load
     failure is told apart from a launch failure."""
     global _kernel
@@ -107,9 +107,11 @@ def load() -> None:
         compile_cache = sys.modules.get(CUTEDSL_CACHE_MODULE)
         if compile_cache is not None:
             # lazy: the kernel cache loads only where FlashInfer compiles with CuTeDSL
-            from jitguard.flashinfer_jit import cutedsl_cache
+            from jitguard.cutedsl import persisting_compile
 
-            cutedsl_cache.route(compile_cache)  # each kernel compiled once per host, not once per process
+            persisting_compile.route(
+                compile_cache
+            )  # each kernel compiled once per host, not once per process
     _kernel = module.chunk_gated_delta_rule
 
 

@@ -3,7 +3,7 @@
 One entry per ``KernelKey`` under ``<cache_dir>/kernels/``: the object, then its manifest linked into place
 last, so an entry is whole or absent and the first of two publishers wins. Read under the cache dir's trust
 rules; an object that does not match its manifest is a miss and is removed. Nothing raises to the caller
-(``flashinfer_jit.cutedsl_cache`` decides what to key, export and load).
+(``persisting_compile`` decides what to key, export and load).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from jitguard.boundary import failsafe
-from jitguard.flashinfer_jit import cutedsl_cache, cutedsl_key, cutedsl_objects
-from jitguard.state.kernel_cache import KernelCache
+from jitguard.cutedsl import kernel_key, kernel_objects, persisting_compile
+from jitguard.cutedsl.kernel_cache import KernelCache
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -81,10 +81,10 @@ def dsl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("JITGUARD_DISABLE", raising=False)
     monkeypatch.delenv("JITGUARD_CUTEDSL_CACHE", raising=False)
-    monkeypatch.setattr(cutedsl_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
-    monkeypatch.setattr(cutedsl_objects, "load_object", lambda entry: Loaded(entry.blob))
-    monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "")
-    cutedsl_cache._warned.clear()
+    monkeypatch.setattr(kernel_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc"))
+    monkeypatch.setattr(kernel_objects, "load_object", lambda entry: Loaded(entry.blob))
+    monkeypatch.setattr(persisting_compile, "dsl_damage", lambda: "")
+    persisting_compile._warned.clear()
     failsafe._reported.clear()
     return tmp_path / "cache"
 
@@ -95,14 +95,14 @@ OPTIONS = (GPUArch("sm_90a"),)
 def test_the_first_process_compiles_and_keeps_every_later_one_loads(dsl: Path) -> None:
     compiles: list[bytes] = []
     first = flashinfer_like(compiles)
-    assert cutedsl_cache.route(first)
+    assert persisting_compile.route(first)
     compiled = first.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS)
     assert isinstance(compiled, Compiled) and compiles == [b"compiled-0"]
     assert first.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS) is compiled  # FlashInfer's dict
     assert len(KernelCache(dsl).entries()) == 1
 
     later = flashinfer_like(compiles)  # a new process: FlashInfer's dict is empty
-    cutedsl_cache.route(later)
+    persisting_compile.route(later)
     loaded = later.cached_compile(Kernel(), "q", "k", compile_options=OPTIONS)
     assert isinstance(loaded, Loaded) and compiles == [b"compiled-0"]  # no second compile
     assert loaded.blob.endswith(b":compiled-0")
@@ -113,7 +113,7 @@ def test_the_first_process_compiles_and_keeps_every_later_one_loads(dsl: Path) -
 def test_each_specialisation_and_arch_is_its_own_entry(dsl: Path) -> None:
     compiles: list[bytes] = []
     module = flashinfer_like(compiles)
-    cutedsl_cache.route(module)
+    persisting_compile.route(module)
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     module.cached_compile(Kernel(needs_alpha=False), compile_options=OPTIONS)
     module.cached_compile(Kernel(), compile_options=(GPUArch("sm_120a"),))
@@ -123,20 +123,20 @@ def test_each_specialisation_and_arch_is_its_own_entry(dsl: Path) -> None:
 
 def test_a_new_dsl_stack_is_a_miss(dsl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
-    monkeypatch.setattr(cutedsl_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.8.0:def"))
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    monkeypatch.setattr(kernel_key, "dsl_stack", lambda: ("python", "nvidia-cutlass-dsl==4.8.0:def"))
+    persisting_compile.route(module := flashinfer_like(compiles))
     assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
     assert len(compiles) == 2
 
 
 def test_a_cute_dsl_variable_is_part_of_the_key(dsl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     monkeypatch.setenv("CUTE_DSL_ENABLE_TVM_FFI", "1")
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert len(compiles) == 2
 
@@ -146,10 +146,10 @@ def test_a_code_changing_or_unknown_cute_dsl_variable_stays_in_the_key(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     monkeypatch.setenv(name, "1")
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert len(compiles) == 2
 
@@ -159,13 +159,13 @@ def test_the_dsls_cache_dir_dump_dir_and_log_settings_are_not_in_the_key(
 ) -> None:
     compiles: list[bytes] = []
     monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "a"))
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "elsewhere" / "b"))
     monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(tmp_path / "dumps"))
     monkeypatch.setenv("CUTE_DSL_LOG_LEVEL", "10")
     monkeypatch.setenv("CUTE_DSL_KEEP", "ptx")
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Loaded)
     assert len(compiles) == 1
 
@@ -174,13 +174,13 @@ def test_a_cache_dir_moved_to_another_path_hits(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     moved = tmp_path / "other-host" / "cache"
     moved.parent.mkdir()
     dsl.rename(moved)
     monkeypatch.setenv("JITGUARD_CACHE_DIR", str(moved))
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Loaded)
     assert len(compiles) == 1
     entry = KernelCache(moved).entries()[0]
@@ -192,10 +192,10 @@ def test_switched_off_it_is_flashinfer_as_it_is(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, setting: tuple[str, str]
 ) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(flashinfer_like(compiles))
+    persisting_compile.route(flashinfer_like(compiles))
     monkeypatch.setenv(*setting)
     for _ in range(2):
-        cutedsl_cache.route(module := flashinfer_like(compiles))
+        persisting_compile.route(module := flashinfer_like(compiles))
         assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
     assert len(compiles) == 2
     assert not (dsl / "kernels").exists()
@@ -207,7 +207,7 @@ def test_a_key_with_an_address_in_it_is_not_kept(dsl: Path) -> None:
             return ("Unstable", object())
 
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Unstable(), compile_options=OPTIONS)
     assert compiles and not (dsl / "kernels").exists()
 
@@ -218,11 +218,11 @@ def test_a_broken_export_or_load_is_one_warning_and_flashinfers_compile(
     def refuse(compiled: Any, symbol: str) -> tuple[bytes, str]:
         raise RuntimeError("Error dumping object file")
 
-    monkeypatch.setattr(cutedsl_objects, "export_object", refuse)
+    monkeypatch.setattr(kernel_objects, "export_object", refuse)
     compiles: list[bytes] = []
     with caplog.at_level(logging.WARNING, logger="jitguard"):
         for needs_alpha in (True, False):
-            cutedsl_cache.route(module := flashinfer_like(compiles))
+            persisting_compile.route(module := flashinfer_like(compiles))
             assert isinstance(module.cached_compile(Kernel(needs_alpha), compile_options=OPTIONS), Compiled)
     faults = [r for r in caplog.records if "jitguard-fault" in r.getMessage()]
     assert len(faults) == 1, [r.getMessage() for r in faults]
@@ -234,14 +234,14 @@ def test_an_entry_that_does_not_load_is_compiled_instead(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiles: list[bytes] = []
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
 
     def no_load(entry: Any) -> Any:
         raise OSError("libcute_dsl_runtime.so: cannot open shared object file")
 
-    monkeypatch.setattr(cutedsl_objects, "load_object", no_load)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    monkeypatch.setattr(kernel_objects, "load_object", no_load)
+    persisting_compile.route(module := flashinfer_like(compiles))
     with caplog.at_level(logging.WARNING, logger="jitguard"):
         assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
     assert len(compiles) == 2
@@ -255,7 +255,7 @@ def test_flashinfers_own_compile_error_reaches_the_caller_unchanged(dsl: Path) -
         raise NotImplementedError("DSL kernel is unavailable")
 
     module.cached_compile = failing  # type: ignore[attr-defined]
-    cutedsl_cache.route(module)
+    persisting_compile.route(module)
     with pytest.raises(NotImplementedError, match="DSL kernel is unavailable"):
         module.cached_compile(Kernel(), compile_options=OPTIONS)
 
@@ -268,10 +268,10 @@ def test_route_rebinds_the_name_in_flashinfer_modules_that_imported_it(
     user.cached_compile = module.cached_compile  # type: ignore[attr-defined]  # `from .custom_compile_cache import ...`
     monkeypatch.setitem(sys.modules, user.__name__, user)
     original = module.cached_compile
-    assert cutedsl_cache.route(module) and cutedsl_cache.route(module)  # idempotent
+    assert persisting_compile.route(module) and persisting_compile.route(module)  # idempotent
     assert user.cached_compile is module.cached_compile is not original  # type: ignore[attr-defined]
-    assert cutedsl_cache.is_routed(module)
-    cutedsl_cache.unroute(module)
+    assert persisting_compile.is_routed(module)
+    persisting_compile.unroute(module)
     assert user.cached_compile is module.cached_compile is original  # type: ignore[attr-defined]
 
 
@@ -279,9 +279,9 @@ def test_a_module_laid_out_otherwise_is_left_alone(dsl: Path, caplog: pytest.Log
     module = types.ModuleType("flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache")
     module.cached_compile = lambda *a, **k: None  # type: ignore[attr-defined]
     with caplog.at_level(logging.WARNING, logger="jitguard"):
-        assert cutedsl_cache.route(module) is False
+        assert persisting_compile.route(module) is False
     assert "not laid out as jitguard knows it" in caplog.text
-    assert not cutedsl_cache.is_routed(module)
+    assert not persisting_compile.is_routed(module)
 
 
 # Ranks starting together: one compiles (slowly), the others wait for it and load.
@@ -289,12 +289,12 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import sys, time, types
     sys.path.insert(0, sys.argv[1])
-    from test_cutedsl_cache import Kernel, Loaded, OPTIONS, flashinfer_like
-    from jitguard.flashinfer_jit import cutedsl_cache, cutedsl_key, cutedsl_objects
+    from test_persisting_compile import Kernel, Loaded, OPTIONS, flashinfer_like
+    from jitguard.cutedsl import kernel_key, kernel_objects, persisting_compile
 
-    cutedsl_key.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
-    cutedsl_objects.load_object = lambda entry: Loaded(entry.blob)
-    cutedsl_cache.dsl_damage = lambda: ""
+    kernel_key.dsl_stack = lambda: ("python", "nvidia-cutlass-dsl==4.6.0:abc")
+    kernel_objects.load_object = lambda entry: Loaded(entry.blob)
+    persisting_compile.dsl_damage = lambda: ""
     compiles = []
     module = flashinfer_like(compiles)
     original = module.cached_compile
@@ -302,7 +302,7 @@ RANK_SCRIPT = textwrap.dedent(
         time.sleep(3)
         return original(*args, **kwargs)
     module.cached_compile = slow
-    cutedsl_cache.route(module)
+    persisting_compile.route(module)
     kernel = module.cached_compile(Kernel(), compile_options=OPTIONS)
     print(type(kernel).__name__, len(compiles))
     """
@@ -335,10 +335,10 @@ def test_ranks_starting_together_compile_once(tmp_path: Path) -> None:
 def test_nothing_is_kept_while_the_dsl_install_is_damaged(
     dsl: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(cutedsl_cache, "dsl_damage", lambda: "nvidia-cutlass-dsl-libs-cu13 (1 files)")
+    monkeypatch.setattr(persisting_compile, "dsl_damage", lambda: "nvidia-cutlass-dsl-libs-cu13 (1 files)")
     compiles: list[bytes] = []
     with caplog.at_level(logging.WARNING, logger="jitguard"):
-        cutedsl_cache.route(module := flashinfer_like(compiles))
+        persisting_compile.route(module := flashinfer_like(compiles))
         assert isinstance(module.cached_compile(Kernel(), compile_options=OPTIONS), Compiled)
     assert "not keeping CuTeDSL kernels" in caplog.text and "libs-cu13" in caplog.text
     assert KernelCache(dsl).entries() == []
@@ -346,11 +346,11 @@ def test_nothing_is_kept_while_the_dsl_install_is_damaged(
 
 def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The real installed DSL here is intact: nothing stops a publish. A check that finds a file the DSL
-    imports missing (what facts.dsl_install reports for a half-overwritten install) does."""
-    from jitguard.facts import dsl_install
+    imports missing (what cutedsl.dsl_install reports for a half-overwritten install) does."""
+    from jitguard.cutedsl import dsl_install
 
     monkeypatch.setenv("JITGUARD_CACHE_DIR", str(tmp_path / "cache"))
-    assert cutedsl_cache.dsl_damage() == ""
+    assert persisting_compile.dsl_damage() == ""
     assert (tmp_path / "cache" / dsl_install.DIGESTS_FILE).is_file()  # kept for the next process
     broken = dsl_install.DistCheck(
         name="nvidia-cutlass-dsl-libs-cu13",
@@ -363,7 +363,7 @@ def test_dsl_damage_reads_the_record_check(monkeypatch: pytest.MonkeyPatch, tmp_
         shares_paths_with=(),
     )
     monkeypatch.setattr(dsl_install, "probe", lambda **_: dsl_install.DslInstallFacts((broken,), 0, 0.0))
-    assert cutedsl_cache.dsl_damage() == "nvidia-cutlass-dsl-libs-cu13 (1 files)"
+    assert persisting_compile.dsl_damage() == "nvidia-cutlass-dsl-libs-cu13 (1 files)"
 
 
 # ---- the fleet: one host compiles and publishes, another fetches ------------------------------------------
@@ -371,7 +371,7 @@ def _on_host(monkeypatch: pytest.MonkeyPatch, cache: Path, store: Path, *, publi
     monkeypatch.setenv("JITGUARD_CACHE_DIR", str(cache))
     monkeypatch.setenv("JITGUARD_SHARE", f"file://{store}")
     monkeypatch.setenv("JITGUARD_SHARE_PUBLISH", "1" if publish else "0")
-    cutedsl_cache._warned.clear()
+    persisting_compile._warned.clear()
 
 
 def _published_by_host_a(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, list[bytes]]:
@@ -381,7 +381,7 @@ def _published_by_host_a(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tup
     store.mkdir()
     compiles: list[bytes] = []
     _on_host(monkeypatch, tmp_path / "host-a", store, publish=True)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     module.cached_compile(Kernel(), compile_options=OPTIONS)
     return store, compiles
 
@@ -393,7 +393,7 @@ def test_a_kernel_compiled_on_one_host_is_fetched_not_compiled_on_another(
     assert len(list((store / "v1" / "blobs").iterdir())) == 1
 
     _on_host(monkeypatch, tmp_path / "host-b", store, publish=False)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     fetched = module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert isinstance(fetched, Loaded) and fetched.blob.endswith(b":compiled-0")
     assert len(compiles) == 1  # host B compiled nothing
@@ -408,7 +408,7 @@ def test_a_tampered_kernel_in_the_store_is_refused_and_compiled_here(
     blob.write_bytes(blob.read_bytes()[:-1] + b"X")
 
     _on_host(monkeypatch, tmp_path / "host-b", store, publish=False)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     with caplog.at_level(logging.WARNING):
         again = module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert isinstance(again, Compiled) and len(compiles) == 2
@@ -421,7 +421,7 @@ def test_a_store_that_is_not_there_is_one_warning_and_a_local_compile(
     pytest.importorskip("fsspec")
     compiles: list[bytes] = []
     _on_host(monkeypatch, tmp_path / "host-a", tmp_path / "not-mounted", publish=True)
-    cutedsl_cache.route(module := flashinfer_like(compiles))
+    persisting_compile.route(module := flashinfer_like(compiles))
     with caplog.at_level(logging.WARNING):
         compiled = module.cached_compile(Kernel(), compile_options=OPTIONS)
     assert isinstance(compiled, Compiled) and len(KernelCache(tmp_path / "host-a").entries()) == 1
@@ -438,9 +438,9 @@ def test_the_start_ledger_counts_each_compile_load_and_fetch(
     try:
         ledger = tally.begin("vllm")
         compiles: list[bytes] = []
-        cutedsl_cache.route(first := flashinfer_like(compiles))
+        persisting_compile.route(first := flashinfer_like(compiles))
         first.cached_compile(Kernel(), compile_options=OPTIONS)  # compiled and kept
-        cutedsl_cache.route(later := flashinfer_like(compiles))
+        persisting_compile.route(later := flashinfer_like(compiles))
         later.cached_compile(Kernel(), compile_options=OPTIONS)  # loaded from the kernel cache
         counts = ledger.record.layers["cutedsl"]
         assert (counts.compiled, counts.cached, counts.restored) == (1, 1, 0)
@@ -449,7 +449,7 @@ def test_the_start_ledger_counts_each_compile_load_and_fetch(
         ledger = tally.begin("vllm")
         _published_by_host_a(monkeypatch, tmp_path)  # another host's compile, published
         _on_host(monkeypatch, tmp_path / "host-b", tmp_path / "store", publish=False)
-        cutedsl_cache.route(module := flashinfer_like(compiles))
+        persisting_compile.route(module := flashinfer_like(compiles))
         module.cached_compile(Kernel(), compile_options=OPTIONS)
         assert ledger.record.layers["cutedsl"].restored == 1
     finally:

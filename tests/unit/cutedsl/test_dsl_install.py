@@ -15,7 +15,8 @@ import pytest
 
 from dsl_copies import copy_dsl, dsl_file, installed_dsl
 from fake_dists import make_dist, make_installed
-from jitguard.facts import Unavailable, collect, dsl_install
+from jitguard.cutedsl import dsl_install
+from jitguard.facts import Unavailable, collect
 
 BASE = "nvidia-cutlass-dsl-libs-base"
 CU13 = "nvidia-cutlass-dsl-libs-cu13"
@@ -202,7 +203,7 @@ def test_copy_dsl_leaves_the_installed_dsl_untouched(tmp_path: Path) -> None:
 # --- the digests kept in jitguard's cache dir for the next process
 
 PROBE = (
-    "import sys\nfrom pathlib import Path\nfrom jitguard.facts import dsl_install\n"
+    "import sys\nfrom pathlib import Path\nfrom jitguard.cutedsl import dsl_install\n"
     "f = dsl_install.probe([sys.argv[1]], cache_dir=Path(sys.argv[2]))\n"
     "print(f.bytes_hashed, [(d.name, d.intact) for d in f.dists])\n"
 )

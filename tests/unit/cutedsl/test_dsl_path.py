@@ -10,7 +10,8 @@ import pytest
 
 from dsl_copies import copy_dsl
 from fake_dists import make_dist
-from jitguard.facts import Unavailable, collect, dsl_install, dsl_path
+from jitguard.cutedsl import dsl_install, dsl_path
+from jitguard.facts import Unavailable, collect
 
 
 def packages_of(site: Path) -> Path:

@@ -1,7 +1,8 @@
 """Pre-flight of FlashInfer's CuTeDSL era beyond versions: the nvidia-cutlass-dsl wheels' files as their RECORD
 lists them (``cutlass-dsl-install-damaged``), the DSL as the engine will import it and each GPU arch's GDN
-kernel module (``importable``: a skipped .pth, a shadowing copy, a missing module), and the cause of a GDN prefill kernel module that fails to import,
-which FlashInfer swallows (``flashinfer-dsl-kernel-import-broken``, from ``doctor --deep``).
+kernel module (``importable``: a skipped .pth, a shadowing copy, a missing module), and the cause of a GDN
+prefill kernel module that fails to import, which FlashInfer swallows (``flashinfer-dsl-kernel-import-broken``,
+from ``doctor --deep``).
 
 Which differences are damage: a file that is missing, or whose content matches no installed wheel's RECORD, or
 that holds the copy of a sibling that should have lost. Two siblings that list the same path are installed in
@@ -26,9 +27,9 @@ from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 
 if TYPE_CHECKING:
+    from jitguard.cutedsl.dsl_install import DistCheck, DslInstallFacts
+    from jitguard.cutedsl.dsl_path import DslCopy, DslPathFacts, KernelSource
     from jitguard.facts import Facts
-    from jitguard.facts.dsl_install import DistCheck, DslInstallFacts
-    from jitguard.facts.dsl_path import DslCopy, DslPathFacts, KernelSource
     from jitguard.facts.flashinfer import GdnKernelModule
     from jitguard.facts.import_probe import ImportProbe
 
@@ -301,7 +302,7 @@ def _floor(requirement: str) -> str | None:
     return release if spec.contains(release, prereleases=True) else None
 
 
-# ---- the DSL as the engine will import it (facts/dsl_path.py) ---------------------------------------------
+# ---- the DSL as the engine will import it (dsl_path.py) ---------------------------------------------------
 def importable(facts: Facts) -> list[Finding]:
     """Whether ``import cutlass`` in the engine finds the installed DSL, and each GPU arch's GDN prefill kernel
     module is there with the DSL modules it imports: ``cutlass-dsl-off-path`` (a skipped .pth),

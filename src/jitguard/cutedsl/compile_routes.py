@@ -1,7 +1,7 @@
 """Where each FlashInfer module keeps the CuTeDSL kernels it compiles, read from its source (nothing imported).
 
 Three routes, each treated differently: ``disk`` (FlashInfer's own disk cache, >= 0.6.18: left alone),
-``memory`` (``custom_compile_cache.cached_compile``: persisted by ``flashinfer_jit.cutedsl_cache``) and
+``memory`` (``custom_compile_cache.cached_compile``: persisted by ``cutedsl.persisting_compile``) and
 ``bare`` (``cute.compile`` with a cache of the module's own: no one persists them) (docs/cutedsl.md).
 ``persists_itself`` says whether the compile cache jitguard routes already writes to FlashInfer's disk cache.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.state.kernel_cache import KernelCache, KernelKey
+from jitguard.cutedsl.kernel_cache import KernelCache, KernelKey
 
 KEY = KernelKey("Kernel(bf16, alpha)", {"kernel": "k1", "arch": "sm_90a", "dsl": "nvidia-cutlass-dsl==4.6.0"})
 OTHER = KernelKey("Kernel(fp16)", {"kernel": "k2", "arch": "sm_90a", "dsl": "nvidia-cutlass-dsl==4.6.0"})
@@ -158,7 +158,7 @@ def test_concurrent_publishers_leave_exactly_one_valid_entry(tmp_path: Path) -> 
         f"""
         import sys
         from pathlib import Path
-        from jitguard.state.kernel_cache import KernelCache, KernelKey
+        from jitguard.cutedsl.kernel_cache import KernelCache, KernelKey
         key = KernelKey("k", {dict(KEY.material)!r})
         won = KernelCache(Path(sys.argv[1])).put(key, sys.argv[2].encode() * 50000, format="cute-object")
         print("won" if won else "kept")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from fake_dists import make_installed
-from jitguard.facts.cutedsl import dsl_environment, dsl_stack
+from jitguard.cutedsl.dsl_stack import dsl_environment, dsl_stack
 
 DSL_FILES = {"nvidia_cutlass_dsl/__init__.py": b"# the DSL\n"}
 

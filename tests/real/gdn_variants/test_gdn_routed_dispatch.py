@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.gdn_variants import Family, VariantPlan, family_for, parse_variant, plan_for
-from jitguard.flashinfer_jit.gdn_variants import dispatch_source
+from jitguard.gdn_variants.partial_module import dispatch_source
+from jitguard.gdn_variants.variant_plan import Family, VariantPlan, family_for, parse_variant, plan_for
 
 DATA = Path(__file__).parents[2] / "data" / "flashinfer-0.6.12"
 CUDA_INCLUDE = next(

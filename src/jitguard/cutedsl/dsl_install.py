@@ -2,7 +2,7 @@
 
 Sibling DSL wheels can write the same paths with different contents, and a mix imports, then fails when a
 kernel compiles (docs/findings.md). Pure facts: per distribution, the files missing or differing and whose
-RECORD a differing file matches; the checks (``findings/checks_dsl.py``) judge. Digests are kept by path,
+RECORD a differing file matches; the checks (``dsl_checks``) judge. Digests are kept by path,
 size, mtime, ctime and inode, in process and in ``<cache_dir>/dsl/digests.json`` (docs/cutedsl.md).
 """
 

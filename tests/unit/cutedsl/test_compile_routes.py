@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from jitguard.facts.cutedsl_routes import (
+from jitguard.cutedsl.compile_routes import (
     BARE,
     DISK,
     MEMORY,

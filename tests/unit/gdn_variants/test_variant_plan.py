@@ -8,16 +8,18 @@ from typing import Any
 
 import pytest
 
-from jitguard.decision.gdn_model_variants import model_gdn_from_config, variant_of_call, variants_for_model
-from jitguard.decision.gdn_variants import (
+from jitguard.gdn_variants.variant_plan import (
     FULL_MODULE,
     GdnVariant,
     VariantError,
     falls_back_to_full,
     family_for,
+    model_gdn_from_config,
     module_name,
     parse_variant,
     plan_for,
+    variant_of_call,
+    variants_for_model,
 )
 
 MODELS = Path(__file__).parents[2] / "data" / "models"

@@ -1,7 +1,7 @@
 """What makes one compiled FlashInfer CuTeDSL kernel what it is: the kernel cache's key.
 
 FlashInfer's version and the kernel's source file, FlashInfer's own compile key and options, the GPU arch, the
-DSL stack (``facts.cutedsl``) and the ``CUTE_DSL_*`` variables that change code (not the DSL's cache or dump
+DSL stack (``dsl_stack``) and the ``CUTE_DSL_*`` variables that change code (not the DSL's cache or dump
 dir, nor its log settings). Nothing in it names a path, so a cache root moved or copied to another host with
 the same stack hits. A compile key that does not read the same in another process (an object's address in
 it) cannot be persisted: ``NotPersistable``, and the kernel is compiled as without jitguard.
@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jitguard.facts.cutedsl import dsl_environment, dsl_stack
-from jitguard.state.kernel_cache import KernelKey
+from jitguard.cutedsl.dsl_stack import dsl_environment, dsl_stack
+from jitguard.cutedsl.kernel_cache import KernelKey
 
 KEY_VERSION = "2"  # 2: no path in the key (a cache dir, a wheel's origin URL); a moved cache hits
 

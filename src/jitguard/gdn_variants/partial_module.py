@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.gdn_variants import (
+from jitguard.facts.elf import symbols
+from jitguard.fileio import read_json, write_json
+from jitguard.gdn_variants.variant_plan import (
     DISPATCH_SOURCE,
     FULL_MODULE,
     INSTANCE_SYMBOL,
@@ -28,8 +30,6 @@ from jitguard.decision.gdn_variants import (
     parse_variant,
     plan_for,
 )
-from jitguard.facts.elf import symbols
-from jitguard.fileio import read_json, write_json
 
 if TYPE_CHECKING:
     from jitguard.flashinfer_jit.flashinfer_build import BuiltModule

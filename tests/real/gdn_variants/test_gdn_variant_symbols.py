@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.gdn_variants import family_for, parse_variant, plan_for
-from jitguard.flashinfer_jit.gdn_variants import IncompleteModule, verify_library
+from jitguard.gdn_variants.partial_module import IncompleteModule, verify_library
+from jitguard.gdn_variants.variant_plan import family_for, parse_variant, plan_for
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

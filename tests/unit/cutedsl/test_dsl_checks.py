@@ -9,17 +9,18 @@ import os
 from pathlib import Path
 
 import pytest
-from test_checks_packages import make_facts
 
 from dsl_copies import copy_dsl, dsl_file, installed_dsl
 from fake_dists import make_dist, make_installed
 from finding_asserts import assert_filled, codes, only
-from jitguard.facts import Facts, dsl_install
+from jitguard.cutedsl import dsl_checks, dsl_install
+from jitguard.facts import Facts
 from jitguard.facts.flashinfer import GDN_KERNEL_MODULES, GdnKernelModule
 from jitguard.facts.import_probe import probe_import
-from jitguard.findings import checks_dsl, checks_packages
+from jitguard.findings import checks_packages
 from jitguard.findings.checks import deep_checks
 from jitguard.findings.model import Finding
+from machine_facts import make_facts
 
 BASE = "nvidia-cutlass-dsl-libs-base"
 CU13 = "nvidia-cutlass-dsl-libs-cu13"
@@ -103,8 +104,8 @@ def test_the_evidence_names_the_first_paths_and_counts_the_rest(tmp_path: Path, 
         checks_packages.check(with_dsl(tmp_path, site), "flashinfer"), "cutlass-dsl-install-damaged"
     )
     shown = [e for e in finding.evidence if e.startswith("  nvidia_cutlass_dsl/")]
-    assert len(shown) == checks_dsl.SHOWN_PATHS
-    assert f"  ... and {7 - checks_dsl.SHOWN_PATHS} more" in finding.evidence
+    assert len(shown) == dsl_checks.SHOWN_PATHS
+    assert f"  ... and {7 - dsl_checks.SHOWN_PATHS} more" in finding.evidence
     assert finding.evidence[-1].startswith(f"checked: {BASE} 4.8.1 (9 files)")
 
 
@@ -120,14 +121,14 @@ def test_a_rewritten_script_or_metadata_file_blocks_nothing(tmp_path: Path, site
     facts = dsl_install.probe([str(lib)])
     assert {d.path for d in facts.dists[0].differ} == {"../../../bin/run-iket", f"{info.name}/INSTALLER"}
     make_dist(site, "flashinfer-python", "0.6.18", requires=(f"nvidia-cutlass-dsl{FLOOR}",))
-    assert checks_dsl.install(make_facts(tmp_path, dsl_install=facts)) == []
+    assert dsl_checks.install(make_facts(tmp_path, dsl_install=facts)) == []
 
 
 def test_an_intact_install_and_an_unchecked_one_give_no_finding(tmp_path: Path, site: Path) -> None:
     make_installed(site, BASE, "4.8.1", {"nvidia_cutlass_dsl/a.py": b"a\n"})
     assert "cutlass-dsl-install-damaged" not in damaged_finding(tmp_path, site)
     not_checked = make_facts(tmp_path)  # dsl_install None: not the CuTeDSL era
-    assert checks_dsl.install(not_checked) == []
+    assert dsl_checks.install(not_checked) == []
 
 
 def test_a_copy_of_the_real_dsl_with_a_corrupted_library_is_named_with_its_reinstall(
@@ -146,7 +147,7 @@ def test_a_copy_of_the_real_dsl_with_a_corrupted_library_is_named_with_its_reins
     )
     assert finding.fixes[0].command == f"pip install --force-reinstall --no-deps '{CU13}=={version}'"
     real = make_facts(tmp_path, dsl_install=dsl_install.probe())
-    assert checks_dsl.install(real) == []  # the installed original is intact
+    assert dsl_checks.install(real) == []  # the installed original is intact
 
 
 # --- the kernel module's import (doctor --deep)
@@ -271,11 +272,11 @@ def test_kernel_import_of_a_module_this_flashinfer_does_not_have_is_no_finding(
     probe = probe_import(SM90.module.replace("sm90", "sm99"), env={**os.environ, "PYTHONPATH": str(site)})
     absent = GdnKernelModule(9, "SM90", probe.module, "x")
     assert probe.error_type == "ModuleNotFoundError"
-    assert checks_dsl.kernel_import(probe, absent, facts) == []
+    assert dsl_checks.kernel_import(probe, absent, facts) == []
 
 
 @pytest.mark.parametrize(
     ("requirement", "floor"), [(">=4.6.2a0", "4.6.2"), (">=4.8.0", "4.8.0"), (">=4.5,<5", "4.5"), ("", None)]
 )
 def test_flashinfers_floor(requirement: str, floor: str | None) -> None:
-    assert checks_dsl._floor(requirement) == floor
+    assert dsl_checks._floor(requirement) == floor

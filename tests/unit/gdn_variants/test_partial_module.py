@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.gdn_variants import INSTANCE_SYMBOL, family_for, parse_variant, plan_for
-from jitguard.flashinfer_jit.gdn_variants import ROUTED, VariantSourceError, dispatch_source
+from jitguard.gdn_variants.partial_module import ROUTED, VariantSourceError, dispatch_source
+from jitguard.gdn_variants.variant_plan import INSTANCE_SYMBOL, family_for, parse_variant, plan_for
 
 DATA = Path(__file__).parents[2] / "data"
 

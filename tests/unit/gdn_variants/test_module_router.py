@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from jitguard.decision.gdn_variants import GdnVariant, VariantPlan, family_for, parse_variant, plan_for
 from jitguard.errors import BuildFailed
 from jitguard.findings.model import Finding
-from jitguard.flashinfer_jit import gdn_router
-from jitguard.flashinfer_jit.gdn_router import GdnRouter
+from jitguard.gdn_variants import module_router
+from jitguard.gdn_variants.module_router import GdnRouter
+from jitguard.gdn_variants.variant_plan import GdnVariant, VariantPlan, family_for, parse_variant, plan_for
 
 OLD = family_for("0.6.6")
 NEW = family_for("0.6.12")
@@ -98,8 +98,10 @@ class Workspace:
 
 @pytest.fixture(autouse=True)
 def _no_expectations(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gdn_router, "_expected", set())
-    monkeypatch.setattr(gdn_router, "_library", lambda plan: gdn_router.Path("/nonexistent") / plan.module)
+    monkeypatch.setattr(module_router, "_expected", set())
+    monkeypatch.setattr(
+        module_router, "_library", lambda plan: module_router.Path("/nonexistent") / plan.module
+    )
 
 
 def test_each_call_runs_on_a_module_that_holds_its_instance_built_once() -> None:
@@ -132,7 +134,9 @@ def test_the_checkpoint_flag_of_a_call_picks_the_instance_from_flashinfer_068() 
 
 def test_the_expected_instances_are_built_together_at_the_first_call_of_any() -> None:
     ws = Workspace()
-    gdn_router.expect([parse_variant("bf16_g1b1a1i1", OLD), parse_variant("bf16_g1b1a1i0", OLD)], why="test")
+    module_router.expect(
+        [parse_variant("bf16_g1b1a1i1", OLD), parse_variant("bf16_g1b1a1i0", OLD)], why="test"
+    )
     routed = ws.router()
     routed.gdn_prefill(*call_args(state=False))
     routed.gdn_prefill(*call_args())
@@ -227,8 +231,8 @@ def test_prepare_builds_what_a_kind_of_call_needs_before_it_runs() -> None:
 def test_expect_logs_once_per_new_instance(caplog: pytest.LogCaptureFixture) -> None:
     variant = parse_variant("bf16_g1b1a1i1", OLD)
     with caplog.at_level(logging.INFO, logger="jitguard"):
-        gdn_router.expect([variant], why="from the model config")
-        gdn_router.expect([variant], why="from the model config")
+        module_router.expect([variant], why="from the model config")
+        module_router.expect([variant], why="from the model config")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "bf16_g1b1a1i1" in lines[0] and "JITGUARD_GDN_VARIANTS=all" in lines[0]
-    assert gdn_router.expected() == {variant}
+    assert module_router.expected() == {variant}

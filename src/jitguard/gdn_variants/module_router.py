@@ -20,8 +20,10 @@ from typing import Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, read
-from jitguard.decision.gdn_model_variants import variant_of_call
-from jitguard.decision.gdn_variants import (
+from jitguard.errors import BuildFailed, ConfigError
+from jitguard.facts.flashinfer import installed_version
+from jitguard.gdn_variants.partial_module import build_variant_module, find_built, load_built
+from jitguard.gdn_variants.variant_plan import (
     FULL_MODULE,
     Family,
     GdnVariant,
@@ -29,10 +31,8 @@ from jitguard.decision.gdn_variants import (
     falls_back_to_full,
     family_for,
     plan_for,
+    variant_of_call,
 )
-from jitguard.errors import BuildFailed, ConfigError
-from jitguard.facts.flashinfer import installed_version
-from jitguard.flashinfer_jit.gdn_variants import build_variant_module, find_built, load_built
 
 log = logging.getLogger("jitguard")
 GETTER = "get_gdn_prefill_module"

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from jitguard.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from jitguard.decision.gdn_model_variants import ModelGdn
-    from jitguard.decision.gdn_variants import VariantPlan
+    from jitguard.gdn_variants.variant_plan import ModelGdn, VariantPlan
 
 # The command's stages are imported where it runs them: `jitguard --help` imports every command module.
 
@@ -38,8 +37,12 @@ class Selection:
 
     def plan(self, version: str | None) -> tuple[VariantPlan, tuple[str, ...]]:
         """The plan for flashinfer-python ``version`` and the notes on how it was chosen."""
-        from jitguard.decision.gdn_model_variants import variants_for_model
-        from jitguard.decision.gdn_variants import VariantError, parse_variant, plan_for
+        from jitguard.gdn_variants.variant_plan import (
+            VariantError,
+            parse_variant,
+            plan_for,
+            variants_for_model,
+        )
 
         if version is None:
             raise VariantError(
@@ -86,7 +89,7 @@ def selection_from(args: argparse.Namespace) -> Selection:
         raise UsageError("--dtype and --checkpointing choose instances for a model: give --model PATH too")
     if not args.model:
         return Selection(variant_names=tuple(args.variant))
-    from jitguard.decision.gdn_model_variants import model_gdn_from_config
+    from jitguard.gdn_variants.variant_plan import model_gdn_from_config
 
     path = _config_path(args.model)
     return Selection(

@@ -2,7 +2,7 @@
 
 FlashInfer's GDN prefill kernels go through ``custom_compile_cache.cached_compile``, which keeps a kernel in
 process memory only: every process, rank and restart compiles again. ``route`` puts a persisting one in its
-place: keyed without paths (``cutedsl_key``), loaded from the kernel cache (``state.kernel_cache``) or the
+place: keyed without paths (``kernel_key``), loaded from the kernel cache (``kernel_cache``) or the
 store, else compiled once under a per-kernel lock and published. Kernels FlashInfer keeps in its own disk
 cache are left to it. Any fault of the cache is one warning and FlashInfer's own compile (docs/cutedsl.md).
 """
@@ -21,16 +21,15 @@ from typing import Any
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import report_fault
 from jitguard.config import Settings, format_duration
+from jitguard.cutedsl import dsl_install, kernel_objects
+from jitguard.cutedsl.compile_routes import persists_itself
+from jitguard.cutedsl.dsl_checks import damage
+from jitguard.cutedsl.kernel_cache import KernelCache, KernelKey
+from jitguard.cutedsl.kernel_key import NotPersistable, describe, kernel_key
 from jitguard.errors import LockTimeout, LockUnavailable
-from jitguard.facts import dsl_install
-from jitguard.facts.cutedsl_routes import persists_itself
-from jitguard.findings.checks_dsl import damage
-from jitguard.flashinfer_jit import cutedsl_objects
-from jitguard.flashinfer_jit.cutedsl_key import NotPersistable, describe, kernel_key
 from jitguard.ledger import tally
 from jitguard.locks.lock_dir import lock_dir
 from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
-from jitguard.state.kernel_cache import KernelCache, KernelKey
 
 CACHE_MODULE = "flashinfer.gdn_kernels.delta_rule_dsl.custom_compile_cache"
 FUNCTION = "cached_compile"
@@ -82,7 +81,7 @@ def route(module: ModuleType) -> bool:
 
 
 def _flashinfer_persists(module: ModuleType) -> bool:
-    """Whether FlashInfer's compile cache writes to FlashInfer's own disk cache (``facts.cutedsl_routes``):
+    """Whether FlashInfer's compile cache writes to FlashInfer's own disk cache (``cutedsl.compile_routes``):
     then a kernel kept by jitguard too would be a second copy, so jitguard defers."""
     source = getattr(module, "__file__", None)
     return bool(source) and persists_itself(Path(str(source)))
@@ -222,7 +221,7 @@ def _load(cache: KernelCache, key: KernelKey) -> Any:
             log.debug("jitguard: kernel cache miss for %s: %s", key.name, lookup.reason)
             return None
         start = time.monotonic()
-        loaded = cutedsl_objects.load_object(lookup.entry)
+        loaded = kernel_objects.load_object(lookup.entry)
     except Exception as exc:
         _fault(f"loading the cached CuTeDSL kernel {key.name}", exc)
         return None
@@ -237,7 +236,7 @@ def _load(cache: KernelCache, key: KernelKey) -> Any:
 
 def dsl_damage() -> str:
     """Why kernels compiled here must not be kept ('' when they may): the nvidia-cutlass-dsl files differ from
-    their wheels' RECORD (``facts.dsl_install``), so a kernel compiled now may not be what the key says, and
+    their wheels' RECORD (``cutedsl.dsl_install``), so a kernel compiled now may not be what the key says, and
     would outlive the repair (the key holds the RECORDs, not the files)."""
 
     checked = dsl_install.probe(cache_dir=Settings.from_env().cache_dir)  # digests kept by pre-flight
@@ -258,9 +257,9 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, 
                 damaged,
             )
             return None
-        blob, format = cutedsl_objects.export_object(compiled, key.symbol)
+        blob, format = kernel_objects.export_object(compiled, key.symbol)
         # A kernel that does not load back is not kept for others.
-        cutedsl_objects.load_bytes(cache, key, blob, format)
+        kernel_objects.load_bytes(cache, key, blob, format)
         if cache.put(key, blob, format=format):
             log.info("jitguard: kept the CuTeDSL kernel %s for later processes (%s)", key.name, cache.root)
         return blob, format
@@ -270,10 +269,10 @@ def _publish(cache: KernelCache, key: KernelKey, compiled: Any) -> tuple[bytes, 
 
 
 def _fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any:
-    """The kernel another host compiled (``cutedsl_objects.fetch_shared``); None on a miss or any fault
+    """The kernel another host compiled (``kernel_objects.fetch_shared``); None on a miss or any fault
     (warned once), then it is compiled."""
     try:
-        return cutedsl_objects.fetch_shared(settings, cache, key)
+        return kernel_objects.fetch_shared(settings, cache, key)
     except Exception as exc:
         _fault(f"fetching the CuTeDSL kernel {key.name}", exc)
         return None
@@ -281,7 +280,7 @@ def _fetch_shared(settings: Settings, cache: KernelCache, key: KernelKey) -> Any
 
 def _publish_shared(settings: Settings, key: KernelKey, blob: bytes, format: str) -> None:
     try:
-        cutedsl_objects.publish_shared(settings, key, blob, format)
+        kernel_objects.publish_shared(settings, key, blob, format)
     except Exception as exc:
         _fault(f"publishing the CuTeDSL kernel {key.name}", exc)
 

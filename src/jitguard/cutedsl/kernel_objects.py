@@ -2,7 +2,8 @@
 ``export_to_c`` for a TVM-FFI kernel), loaded with the DSL's own loader (``cute.runtime.load_module``), and
 carried between hosts through the artifact store (``JITGUARD_SHARE``) as FlashInfer's nvcc modules are.
 
-Errors are raised to the caller (``cutedsl_cache``), which turns each into one warning and a local compile.
+Errors are raised to the caller (``persisting_compile``), which turns each into one warning and a local
+compile.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from jitguard.config import Settings
+from jitguard.cutedsl.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 from jitguard.fleet.artifact_store import ArtifactKey
 from jitguard.fleet.module_share import Share
 from jitguard.fleet.signing import Trust
-from jitguard.state.kernel_cache import FORMATS, KernelCache, KernelEntry, KernelKey
 
 SHARED_MODULE = "cutedsl-kernel"  # the artifact store's module name for these kernels
 log = logging.getLogger("jitguard.cutedsl")
