@@ -1,5 +1,6 @@
 """``Facts`` from this machine's own probes, with fields replaced, for the checks' tests (the package checks and
-the CuTeDSL checks read the same few facts)."""
+the CuTeDSL checks and the system checks read the same few facts): a real workspace and jitguard cache dir
+under ``tmp_path``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def make_facts(tmp_path: Path, env_extra: dict[str, str] | None = None, **change
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
         "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"),
+        "JITGUARD_CACHE_DIR": str(tmp_path / "cache"),
         **(env_extra or {}),
     }
     pkgs = changes.pop("packages", None) or packages.probe()
@@ -27,7 +29,7 @@ def make_facts(tmp_path: Path, env_extra: dict[str, str] | None = None, **change
         link=None,  # type: ignore[arg-type]
         libstdcxx=None,  # type: ignore[arg-type]
         memory=memory.probe(),
-        disk=disk.probe([fi.workspace_dir]),
+        disk=disk.probe([fi.workspace_dir, Path(env["JITGUARD_CACHE_DIR"])]),
         packages=pkgs,
         flashinfer=fi,
         environment=environment.probe(env),

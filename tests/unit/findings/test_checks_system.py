@@ -7,51 +7,24 @@ the facts is written as data, the way the probes would report it there."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from finding_asserts import assert_filled, codes, only
-from jitguard.facts import Facts, disk, environment, flashinfer, gpu, memory, packages
+from jitguard.facts import Facts, disk, flashinfer, packages
 from jitguard.facts.gpu import GpuDevice, GpuFacts
 from jitguard.facts.memory import CgroupLevel, MemoryFacts
 from jitguard.facts.packages import PackageFacts, PackageInfo
 from jitguard.findings import checks_system
+from machine_facts import make_facts
 
 GIB = 1024**3
 FI_VERSION = packages.probe().version("flashinfer-python")
 needs_nvcc_era = pytest.mark.skipif(
     flashinfer.era_of(FI_VERSION)[0] != "nvcc", reason="needs the installed FlashInfer to be in the nvcc era"
 )
-
-
-def make_facts(tmp_path: Path, env_extra: dict[str, str] | None = None, **changes: Any) -> Facts:
-    env = {
-        "HOME": str(tmp_path / "home"),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
-        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"),
-        "JITGUARD_CACHE_DIR": str(tmp_path / "cache"),
-        **(env_extra or {}),
-    }
-    pkgs = packages.probe()
-    fi = flashinfer.probe(pkgs, env)
-    facts = Facts(
-        gpu=gpu.probe(env),
-        toolchain=None,  # type: ignore[arg-type]  # not read by these checks
-        link=None,  # type: ignore[arg-type]
-        libstdcxx=None,  # type: ignore[arg-type]
-        memory=memory.probe(),
-        disk=disk.probe([fi.workspace_dir, Path(env["JITGUARD_CACHE_DIR"])]),
-        packages=pkgs,
-        flashinfer=fi,
-        environment=environment.probe(env),
-        fingerprint="test",
-    )
-    return dataclasses.replace(facts, **changes)
 
 
 def gpus(*caps: tuple[str, int, int]) -> GpuFacts:
