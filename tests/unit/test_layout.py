@@ -439,7 +439,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "jitguard.cutedsl",
     ): "the kernel cache, where FlashInfer uses CuTeDSL",
     ("integrations/choices.py", "jitguard.gdn.dispatch"): "the GDN op, when the engine asks its status",
-    ("integrations/choices.py", "jitguard.state.failure_cache"): "under the guard's shield, where it runs",
     (
         "integrations/choices.py",
         "jitguard.facts.flashinfer_modules",

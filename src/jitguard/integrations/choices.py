@@ -46,6 +46,7 @@ from jitguard.findings.checks_packages import jit_cache_install_command
 from jitguard.findings.checks_toolchain import check_built_library
 from jitguard.findings.model import Finding
 from jitguard.ledger import tally
+from jitguard.state.failure_cache import FailureCache, ttl_from_env
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -60,9 +61,6 @@ GdnProvider = Callable[[], BackendStatus]
 def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = None) -> list[Finding]:
     """``flashinfer-cached-failure`` for each module of ``choice`` that failed to build or load in this same
     environment (the build hook records every FlashInfer module it saw fail, by FlashInfer's name)."""
-    # lazy: under the guard's shield where it runs, not with the plugins' import
-    from jitguard.state.failure_cache import FailureCache, ttl_from_env
-
     cache = FailureCache(cache_dir or Settings.from_env().cache_dir, ttl=ttl_from_env())
     return [
         cached_failure(
