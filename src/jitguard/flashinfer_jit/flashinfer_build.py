@@ -184,7 +184,6 @@ def _publish(spec: Any, url: str, settings: Settings, facts: Facts, so_path: Pat
 
 
 def _share(spec: Any, url: str, settings: Settings, facts: Facts) -> Share:
-
     key = ArtifactKey(str(spec.name), of_facts(facts), spec_variant(spec))
     return Share(url, key, settings.share_timeout, Trust.from_settings(settings))
 

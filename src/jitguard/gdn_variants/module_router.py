@@ -287,7 +287,6 @@ def is_routed(gdn_prefill: ModuleType) -> bool:
 
 
 def _disabled_now() -> bool:
-
     try:
         return bool(read("JITGUARD_DISABLE"))
     except ConfigError:  # malformed: routing began with it valid (Settings.from_env); keep routing

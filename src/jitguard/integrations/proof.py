@@ -139,7 +139,6 @@ def prove(guard: ChoiceGuard, trial: Trial, call: Callable[[], object]) -> bool:
 
 
 def _passes(guard: ChoiceGuard, use: Callable[[Any], bool]) -> bool:
-
     return shielded(
         "the record of FlashInfer's proof",
         "the proof call runs",

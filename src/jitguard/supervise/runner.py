@@ -39,7 +39,6 @@ BUILD_LOCK_NAME = ".jitguard.lock"  # in the build directory: one build per dire
 
 
 def _plan(options: BuildOptions, module: str, cache_dir: Path) -> JobPlan:
-
     job_memory = options.job_memory
     if job_memory is None:
         with contextlib.suppress(Exception):  # a learned estimate is a help, never a reason to fail
