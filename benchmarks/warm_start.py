@@ -101,19 +101,21 @@ def store_of(site: Path) -> Path:
     return STORES / version_in(site, "vllm")
 
 
-def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str) -> dict[str, str]:
+def host_env(
+    site: Path, *, jitguard: bool, publish: bool = False, host: Path = HOST, **extra: str
+) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("JITGUARD_", "VLLM_", "TRITON_", "CUTE_DSL_"))
     }
     env.update(
-        host_caches(HOST),
+        host_caches(host),
         # pip --target skips the DSL's .pth: its packages dir goes on the path by hand
         PYTHONPATH=os.pathsep.join(
             str(p) for p in (SRC, site, site / "nvidia_cutlass_dsl" / "dsl_packages") if p.exists()
         ),
-        VLLM_CACHE_ROOT=str(HOST / "vllm"),
+        VLLM_CACHE_ROOT=str(host / "vllm"),
         VLLM_USE_FLASHINFER_SAMPLER="0",
         BENCH_SKIP_ROUTER_WARMUP="1",  # vllm_engine_start.py says why
         VLLM_WORKER_MULTIPROC_METHOD="fork",
@@ -127,9 +129,9 @@ def host_env(site: Path, *, jitguard: bool, publish: bool = False, **extra: str)
     return env
 
 
-def empty_host() -> None:
-    shutil.rmtree(HOST, ignore_errors=True)
-    (HOST / "home").mkdir(parents=True)
+def empty_host(host: Path = HOST) -> None:
+    shutil.rmtree(host, ignore_errors=True)
+    (host / "home").mkdir(parents=True)
 
 
 def read_log(row: Row, done: engine_session.EngineRun) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jitguard import fileio
 from jitguard.boundary import patches
 from jitguard.ledger import tally
 
@@ -180,8 +181,9 @@ def count_vllm(before: Mapping[str, float] | None, compilation_config: Any = Non
 
 
 def vllm_miss_cause(compilation_config: Any) -> str:
-    """Why vLLM compiled, as far as its cache directories say: this start's key directory and the others
-    beside it (a restored one under another key means a part of vLLM's cache key differs here)."""
+    """Why vLLM compiled, as far as its cache directories say: this start's key directory, and where the cache
+    holds others (a restored one under another key), which part of vLLM's key differs, read from the
+    ``cache_key_factors.json`` vLLM writes beside each key's artifacts."""
     cache_dir = str(getattr(compilation_config, "cache_dir", "") or "")
     if not cache_dir:
         return "vLLM's compile cache held no artifacts for this start's key"
@@ -190,9 +192,62 @@ def vllm_miss_cause(compilation_config: Any) -> str:
         others = sorted(p.name for p in here.parent.iterdir() if p.is_dir() and p.name != here.name)
     except OSError:
         others = []
-    if others:
-        return (
-            f"vLLM's compile-cache key here is {here.name}, the cache holds {', '.join(others[:3])}: a part of the "
-            "key differs on this host (a path under another cache root: vllm #52154)"
-        )
-    return f"vLLM's compile cache has no entry for key {here.name} ({here.parent})"
+    if not others:
+        return f"vLLM's compile cache has no entry for key {here.name} ({here.parent})"
+    ours = vllm_key_factors(here)
+    for other in others[:3]:
+        theirs = vllm_key_factors(here.parent / other)
+        if ours is not None and theirs is not None:
+            return (
+                f"vLLM's compile-cache key here is {here.name}, the cache holds {other}: "
+                f"{key_difference(ours, theirs)}"
+            )
+    return (
+        f"vLLM's compile-cache key here is {here.name}, the cache holds {', '.join(others[:3])}: a part of the "
+        "key differs on this host (vLLM wrote no cache_key_factors.json to say which)"
+    )
+
+
+# What each hash of vLLM's key covers, in the words a person fixes it by.
+VLLM_KEY_PARTS = {
+    "config_hash": "vLLM's config (the model's name or local path, an engine argument)",
+    "code_hash": "the source files torch.compile traced (vLLM's install path or its code)",
+    "compiler_hash": "torch and Inductor (their version or config)",
+}
+
+
+def vllm_key_factors(key_dir: Path) -> dict[str, Any] | None:
+    """What a vLLM compile-cache key was made of (``rank_*/[<prefix>/]cache_key_factors.json``, written by
+    vLLM 0.17+ beside the artifacts), or None where no such file is readable."""
+    candidates = sorted(key_dir.glob("rank_*/cache_key_factors.json")) + sorted(
+        key_dir.glob("rank_*/*/cache_key_factors.json")
+    )
+    for path in candidates[:4]:
+        factors = fileio.read_json(path, root=key_dir)
+        if factors is not None:
+            return factors
+    return None
+
+
+def key_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    """Which parts of two vLLM cache keys differ: the environment variables by name with both values, then
+    each hash by what it covers."""
+    env_ours, env_theirs = ours.get("env"), theirs.get("env")
+    parts: list[str] = []
+    if isinstance(env_ours, dict) and isinstance(env_theirs, dict):
+        names = sorted(n for n in env_ours.keys() | env_theirs.keys() if env_ours.get(n) != env_theirs.get(n))
+        parts += [
+            f"{n} is {_shown(env_ours.get(n))} here, {_shown(env_theirs.get(n))} there" for n in names[:3]
+        ]
+        if len(names) > 3:
+            parts.append(f"{len(names) - 3} more environment variables differ")
+    parts += [
+        f"{part.replace('_', ' ')} differs ({covers})"
+        for part, covers in VLLM_KEY_PARTS.items()
+        if ours.get(part) != theirs.get(part)
+    ]
+    return "; ".join(parts) or "the recorded factors are equal (the key was made another way)"
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else repr(value)[:120]

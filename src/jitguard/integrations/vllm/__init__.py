@@ -4,8 +4,8 @@ the engine.
 vLLM calls ``register()`` (the ``vllm.general_plugins`` entry point) in every process it starts; it imports
 neither vLLM nor torch nor FlashInfer and does nothing without vLLM or with ``JITGUARD_DISABLE=1``. It patches
 each choice site as its module is imported (``SITES``: GDN prefill, sampler, attention, MoE and FlashInfer's
-other gates), installs the supervised FlashInfer build hook, and restores (and, once ready, saves) the fleet's
-warm snapshot where a store is configured. What each site does per release: docs/vllm.md, "Supported vLLM versions".
+other gates), installs the supervised FlashInfer build hook, keys vLLM's compile cache the same on every host
+(``compile_key``), and restores (and, once ready, saves) the fleet's warm snapshot where a store is configured. What each site does per release: docs/vllm.md, "Supported vLLM versions".
 """
 
 from __future__ import annotations
@@ -27,7 +27,16 @@ from jitguard.errors import UsageError
 from jitguard.integrations import IMPORT_STARTED, start_ledger
 from jitguard.integrations.choices import ChoiceGuard, gdn_status
 from jitguard.integrations.import_hooks import PostImportHook
-from jitguard.integrations.vllm import attention, coverage, gdn, predicates, sampler, warm, worker_ready
+from jitguard.integrations.vllm import (
+    attention,
+    compile_key,
+    coverage,
+    gdn,
+    predicates,
+    sampler,
+    warm,
+    worker_ready,
+)
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
 
@@ -130,7 +139,8 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
     if not vllm_installed():
         return False
 
-    if Settings.from_env().disabled:
+    settings = Settings.from_env()
+    if settings.disabled:
         return False
     with _lock:
         if facts is not None:
@@ -147,6 +157,8 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
                 if module is not None:
                     _apply(module)
             _install_build_hook()
+            if settings.warm != "off":
+                compile_key.relocatable()
             warm.save_when_ready()
             worker_ready.watch()
     start_ledger.begin(ENGINE.lower(), import_s=_IMPORT_S)
@@ -169,6 +181,7 @@ def unregister() -> None:
         process_facts.replace()
         _guard.set_facts()
         warm.undo()
+        compile_key.undo()
         worker_ready.undo()
         start_ledger.undo()
         coverage.forget()

@@ -1,0 +1,237 @@
+"""A new host under another cache root (issue 38.3): a real vLLM engine in its default config (torch.compile
+and CUDA graphs on) on a first host, then on new hosts whose every cache, HOME and XDG root lie at other
+paths, restored from the first host's store; stock beside jitguard, each start's ledger beside its row.
+
+    python3 benchmarks/relocate.py run --part first --site /tmp/site --out $OUT     # stock cold, warm; jitguard first host
+    python3 benchmarks/relocate.py run --part second --site /tmp/site --out $OUT    # the warm host, the new hosts
+    python3 benchmarks/relocate.py table A.jsonl [B.jsonl ...] --out benchmarks/results
+
+Rows (the payload of benchmarks/dsl_engine.py, vLLM 0.26.0 + FlashInfer 0.6.14 with the DSL importable;
+``--gdn-prefill-backend flashinfer``; hosts as in warm_start.py, the model at one path for all):
+
+- stock cold and stock warm on host A (``/tmp/jitguard-warm/host``);
+- jitguard first host (A emptied; ``JITGUARD_SHARE_PUBLISH=1``, then ``jitguard warm save``), jitguard warm
+  host (A again);
+- jitguard new host B (``/tmp/jitguard-warm/elsewhere/second-host``: every cache root, HOME and XDG differ),
+  restored from the store under ``JITGUARD_WARM=require``: must-hit should pass (``jitguard starts --check``
+  exit 0);
+- jitguard new host C (another root again) with a planted key change (``VLLM_CPU_OMP_THREADS_BIND=nobind``: a
+  variable vLLM hashes into its compile-cache key that changes nothing on a GPU), under require: must-hit
+  should fail, naming the variable (exit 1).
+
+Each row keeps its ledger line, the newest start of ``jitguard starts --json`` on that host and the
+compile-cache key directories vLLM holds there. Results go to ``/tmp/jitguard-warm/relocate.jsonl`` (across
+calls while the host stays warm) and ``$OUT/relocate.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import engine_session  # beside this script
+from engine_session import Budget
+from warm_start import (
+    HOST,
+    WORK,
+    Row,
+    empty_host,
+    engine,
+    fresh_store,
+    host_env,
+    machine,
+    model_for,
+    save_by_command,
+)
+
+RESULTS = WORK / "relocate.jsonl"
+SECOND = WORK / "elsewhere" / "second-host"
+THIRD = WORK / "third" / "host-c"
+PLANTED = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def jitguard(env: dict[str, str], *args: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "jitguard", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    return done.returncode, done.stdout
+
+
+def key_dirs(host: Path) -> list[str]:
+    root = host / "vllm" / "torch_compile_cache"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def ledger_of(row: Row, env: dict[str, str], host: Path, extra: dict[str, Any]) -> None:
+    """The row's start as jitguard recorded it on that host (jitguard rows), and the key directories."""
+    extra["key_dirs"] = key_dirs(host)
+    if not row.jitguard:
+        return
+    code, out = jitguard(env, "starts", "--last", "1", "--check", "--json")
+    extra["check_exit"] = code
+    try:
+        payload = json.loads(out)
+    except ValueError:
+        extra["starts_error"] = out[-400:]
+        return
+    starts = payload.get("starts") or []
+    extra["ledger"] = starts[0] if starts else None
+    extra["check"] = payload.get("check")
+
+
+def ledger_line(row: Row) -> str:
+    return next((line for line in row.lines if "start ledger:" in line), "")
+
+
+def one(
+    row: Row,
+    site: Path,
+    model: Path,
+    env: dict[str, str],
+    host: Path,
+    budget: Budget,
+    logs: Path,
+    rows: list[dict[str, Any]],
+    notes: list[str],
+) -> None:
+    done = engine(row, site, model, env, "flashinfer", budget, logs)
+    if done is None:
+        notes.append(f"{row.name}: not started, under {engine_session.MIN_ROW_S:g} s of the budget left")
+        return
+    extra: dict[str, Any] = {"host_path": str(host)}
+    ledger_of(done, env, host, extra)
+    record = {**asdict(done), **extra, "ledger_line": ledger_line(done)}
+    rows.append(record)
+    print(json.dumps({k: record[k] for k in ("name", "ready_s", "torch_compile_s", "key_dirs")}), flush=True)
+    print("   ", record["ledger_line"][:400], flush=True)
+
+
+def part_first(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    model = model_for(site, WORK)
+    fresh_store(site)
+    rows: list[dict[str, Any]] = []
+    empty_host()
+    for name, host_kind in (("stock cold", "cold"), ("stock warm", "warm")):
+        row = Row("relocate", name, False, host_kind, limit_s=300)
+        one(row, site, model, host_env(site, jitguard=False), HOST, budget, logs, rows, notes)
+    empty_host()
+    row = Row("relocate", "jitguard first host (cold, publishes)", True, "cold", limit_s=300)
+    env = host_env(site, jitguard=True, publish=True)
+    one(row, site, model, env, HOST, budget, logs, rows, notes)
+    time.sleep(2)
+    save_by_command(site, notes)
+    return rows
+
+
+def part_second(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    model = model_for(site, WORK)
+    rows: list[dict[str, Any]] = []
+    row = Row("relocate", "jitguard warm host", True, "warm", limit_s=200)
+    one(row, site, model, host_env(site, jitguard=True), HOST, budget, logs, rows, notes)
+    for host, name, planted in (
+        (SECOND, "jitguard new host under another root (restored, must-hit)", {}),
+        (THIRD, "jitguard new host, another root, a planted key change (must-hit)", PLANTED),
+    ):
+        empty_host(host)
+        env = {**host_env(site, jitguard=True, host=host, JITGUARD_WARM="require"), **planted}
+        one(
+            Row("relocate", name, True, "new", limit_s=200), site, model, env, host, budget, logs, rows, notes
+        )
+    return rows
+
+
+# ---- the table ------------------------------------------------------------------------------------------
+def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    def cell(value: Any, unit: str = " s") -> str:
+        return "-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float) else str(value)
+
+    lines = [
+        "# A new host under another cache root",
+        "",
+        "Generated by `benchmarks/relocate.py` (its header says how). Every row one real vLLM engine start in "
+        "its default config; a new host is an empty directory at another path for every cache, HOME and XDG root,"
+        " restored from the first host's `file://` store.",
+        "",
+        f"Machine: {meta.get('gpu', '?')}, {meta.get('cpus', '?')} CPUs; vLLM {meta.get('vllm', '?')}, "
+        f"FlashInfer {meta.get('flashinfer', '?')}, torch {meta.get('torch', '?')}, python "
+        f"{meta.get('python', '?')}; {meta.get('date', '?')}.",
+        "",
+        "| start | host path | ready | torch.compile | first request | key dirs in vLLM's cache | must-hit check |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        check = row.get("check_exit")
+        lines.append(
+            f"| {row['name']} | `{row.get('host_path', '')}` | {cell(row.get('ready_s'))} | "
+            f"{cell(row.get('torch_compile_s'))} | {cell(row.get('ttft_s'))} | "
+            f"{', '.join(row.get('key_dirs') or []) or '-'} | {'-' if check is None else f'exit {check}'} |"
+        )
+    lines += ["", "## Each start's ledger (the line jitguard logs at ready)", ""]
+    for row in rows:
+        if row.get("ledger_line"):
+            lines.append(f"- **{row['name']}**: `{row['ledger_line'].split('jitguard: ', 1)[-1][:600]}`")
+        misses = ((row.get("check") or {}).get("misses")) or []
+        for miss in misses[:3]:
+            lines.append(f"  - must-hit miss: {json.dumps(miss)[:600]}")
+    notes = meta.get("notes") or []
+    if notes:
+        lines += ["", "## Notes", "", *[f"- {note}" for note in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def load(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {"notes": []}
+    for path in paths:
+        for text in path.read_text().splitlines():
+            entry = json.loads(text)
+            if "machine" in entry:
+                meta.update(entry["machine"])
+                meta["notes"] += entry.get("notes", [])
+            else:
+                rows.append(entry)
+    return rows, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--part", choices=("first", "second"), required=True)
+    run.add_argument("--site", type=Path, required=True)
+    run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    run.add_argument("--budget", type=float, default=560.0)
+    table = sub.add_parser("table")
+    table.add_argument("results", type=Path, nargs="+")
+    table.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.command == "table":
+        rows, meta = load(args.results)
+        (args.out / "relocate.md").write_text(render(rows, meta))
+        print((args.out / "relocate.md").read_text())
+        return 0
+    logs = WORK / f"logs-relocate-{args.part}"
+    logs.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    part = {"first": part_first, "second": part_second}[args.part]
+    rows = part(args.site, Budget(args.budget), logs, notes)
+    with open(RESULTS, "a") as handle:
+        handle.write(json.dumps({"machine": machine(args.site), "part": args.part, "notes": notes}) + "\n")
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    (args.out / "relocate.jsonl").write_text(RESULTS.read_text())
+    subprocess.run(["tar", "czf", str(args.out / f"relocate_logs_{args.part}.tar.gz"), "-C", str(logs), "."])
+    print("\n".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
