@@ -4,6 +4,7 @@ paths, restored from the first host's store; stock beside jitguard, each start's
 
     python3 benchmarks/relocate.py run --part first --site /tmp/site --out $OUT     # stock cold, warm; jitguard first host
     python3 benchmarks/relocate.py run --part second --site /tmp/site --out $OUT    # the warm host, the new hosts
+    python3 benchmarks/relocate.py run --part jitguard --site /tmp/site --out $OUT  # the jitguard rows in one call
     python3 benchmarks/relocate.py table A.jsonl [B.jsonl ...] --out benchmarks/results
 
 Rows (the payload of benchmarks/dsl_engine.py, vLLM 0.26.0 + FlashInfer 0.6.14 with the DSL importable;
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -86,8 +88,12 @@ def ledger_of(row: Row, env: dict[str, str], host: Path, extra: dict[str, Any]) 
     extra["check"] = payload.get("check")
 
 
-def ledger_line(row: Row) -> str:
-    return next((line for line in row.lines if "start ledger:" in line), "")
+def ledger_line(row: Row, logs: Path) -> str:
+    """The line jitguard logs at ready, from the row's whole log (``warm_start.finish`` wrote it)."""
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{row.stage} {row.name}").strip("-")
+    path = logs / f"{slug}.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return next((line for line in text.splitlines() if "start ledger:" in line), "")
 
 
 def one(
@@ -107,7 +113,7 @@ def one(
         return
     extra: dict[str, Any] = {"host_path": str(host)}
     ledger_of(done, env, host, extra)
-    record = {**asdict(done), **extra, "ledger_line": ledger_line(done)}
+    record = {**asdict(done), **extra, "ledger_line": ledger_line(done, logs)}
     rows.append(record)
     print(json.dumps({k: record[k] for k in ("name", "ready_s", "torch_compile_s", "key_dirs")}), flush=True)
     print("   ", record["ledger_line"][:400], flush=True)
@@ -121,6 +127,12 @@ def part_first(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
     for name, host_kind in (("stock cold", "cold"), ("stock warm", "warm")):
         row = Row("relocate", name, False, host_kind, limit_s=300)
         one(row, site, model, host_env(site, jitguard=False), HOST, budget, logs, rows, notes)
+    return rows + first_host(site, budget, logs, notes)
+
+
+def first_host(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    model = model_for(site, WORK)
+    rows: list[dict[str, Any]] = []
     empty_host()
     row = Row("relocate", "jitguard first host (cold, publishes)", True, "cold", limit_s=300)
     env = host_env(site, jitguard=True, publish=True)
@@ -128,6 +140,12 @@ def part_first(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
     time.sleep(2)
     save_by_command(site, notes)
     return rows
+
+
+def part_jitguard(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """The jitguard rows in one call: the first host (a fresh store), then ``second``."""
+    fresh_store(site)
+    return first_host(site, budget, logs, notes) + part_second(site, budget, logs, notes)
 
 
 def part_second(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
@@ -204,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--part", choices=("first", "second"), required=True)
+    run.add_argument("--part", choices=("first", "second", "jitguard"), required=True)
     run.add_argument("--site", type=Path, required=True)
     run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     run.add_argument("--budget", type=float, default=560.0)
@@ -221,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = WORK / f"logs-relocate-{args.part}"
     logs.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    part = {"first": part_first, "second": part_second}[args.part]
+    part = {"first": part_first, "second": part_second, "jitguard": part_jitguard}[args.part]
     rows = part(args.site, Budget(args.budget), logs, notes)
     with open(RESULTS, "a") as handle:
         handle.write(json.dumps({"machine": machine(args.site), "part": args.part, "notes": notes}) + "\n")
