@@ -5,6 +5,7 @@ paths, restored from the first host's store; stock beside jitguard, each start's
     python3 benchmarks/relocate.py run --part first --site /tmp/site --out $OUT     # stock cold, warm; jitguard first host
     python3 benchmarks/relocate.py run --part second --site /tmp/site --out $OUT    # the warm host, the new hosts
     python3 benchmarks/relocate.py run --part jitguard --site /tmp/site --out $OUT  # the jitguard rows in one call
+    python3 benchmarks/relocate.py run --part all --site /tmp/site --out $OUT       # every row, one machine
     python3 benchmarks/relocate.py table A.jsonl [B.jsonl ...] --out benchmarks/results
 
 Rows (the payload of benchmarks/dsl_engine.py, vLLM 0.26.0 + FlashInfer 0.6.14 with the DSL importable;
@@ -148,6 +149,11 @@ def part_jitguard(site: Path, budget: Budget, logs: Path, notes: list[str]) -> l
     return first_host(site, budget, logs, notes) + part_second(site, budget, logs, notes)
 
 
+def part_all(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """Every row in one call (one machine, so stock and jitguard compare)."""
+    return part_first(site, budget, logs, notes) + part_second(site, budget, logs, notes)
+
+
 def part_second(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
     model = model_for(site, WORK)
     rows: list[dict[str, Any]] = []
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--part", choices=("first", "second", "jitguard"), required=True)
+    run.add_argument("--part", choices=("first", "second", "jitguard", "all"), required=True)
     run.add_argument("--site", type=Path, required=True)
     run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     run.add_argument("--budget", type=float, default=560.0)
@@ -239,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = WORK / f"logs-relocate-{args.part}"
     logs.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    part = {"first": part_first, "second": part_second, "jitguard": part_jitguard}[args.part]
+    part = {"first": part_first, "second": part_second, "jitguard": part_jitguard, "all": part_all}[args.part]
     rows = part(args.site, Budget(args.budget), logs, notes)
     with open(RESULTS, "a") as handle:
         handle.write(json.dumps({"machine": machine(args.site), "part": args.part, "notes": notes}) + "\n")

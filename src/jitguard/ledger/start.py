@@ -38,12 +38,14 @@ class _Baseline:
 
 _baseline = _Baseline()
 _lock = threading.Lock()
-_exit_registered = False
+_hooks_registered = False
 
 
 def begin(engine: str, *, import_s: float = 0.0) -> tally.Tally:
-    """This process's ledger (idempotent): made, counters read as they are now, jitguard's import counted."""
-    global _exit_registered
+    """This process's ledger (idempotent): made, counters read as they are now, jitguard's import counted. A
+    process forked from here carries the start on (``_continue_in_child``): vLLM forks its engine core by
+    default, and a forked child loads no plugin again."""
+    global _hooks_registered
     with _lock:
         fresh = tally.current() is None
         current = tally.begin(engine)
@@ -51,10 +53,26 @@ def begin(engine: str, *, import_s: float = 0.0) -> tally.Tally:
             _baseline.inductor = tools.inductor_readings()
             _baseline.vllm = tools.vllm_readings()
             current.phase("import", import_s)
-        if not _exit_registered:
+        if not _hooks_registered:
             atexit.register(_at_exit)
-            _exit_registered = True
+            os.register_at_fork(after_in_child=_continue_in_child, after_in_parent=tally.handed_to_child)
+            _hooks_registered = True
     return current
+
+
+def _continue_in_child() -> None:
+    """After a fork, in the child: its own ledger of the same start, counters read now."""
+    global _baseline, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    try:
+        if tally.continue_in_child() is not None:
+            _baseline = _Baseline(
+                inductor=tools.inductor_readings(),
+                vllm=tools.vllm_readings(),
+                inductor_cache=_baseline.inductor_cache,
+            )
+    except Exception as exc:  # the ledger never costs the engine anything
+        log.debug("jitguard: the forked process's start ledger was not begun: %s", exc)
 
 
 def covered_by(

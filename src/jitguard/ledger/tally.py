@@ -151,6 +151,32 @@ def begin(engine: str) -> Tally:
         return _current
 
 
+def continue_in_child() -> Tally | None:
+    """In a forked child (vLLM's engine core under its default fork method): this process's tally, carrying on
+    the parent's start (its id, engine, start time, jitguard's phases so far, warm snapshot and notes; none of
+    its counts, which were the parent's), or None where the parent had none."""
+    global _current, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    parent = _current
+    if parent is None or parent._record.pid == os.getpid():
+        return None
+    old = parent._record  # not through its lock: another thread may have held that at the fork
+    child = Tally(old.start_id, old.engine)
+    child._record = replace(
+        child._record, started_at=old.started_at, phases=dict(old.phases), warm=old.warm, notes=old.notes
+    )
+    _current = child
+    return child
+
+
+def handed_to_child() -> None:
+    """In the parent after a fork: its phases so far went to the child's record (counted once, there)."""
+    tally = current()
+    if tally is not None:
+        with tally._lock:
+            tally._record = replace(tally._record, phases={})
+
+
 def current() -> Tally | None:
     """This process's tally, or None outside an engine start."""
     tally = _current
