@@ -24,11 +24,12 @@ JUDGE = textwrap.dedent(
     """
     import json
     from jitguard.decision.engine import ATTENTION, SAMPLER
+    from jitguard.config import Settings
     from jitguard.facts import collect
-    from jitguard.integrations.choices import status_of
+    from jitguard.status.engine_choices import status_of
 
-    facts = collect()
-    print(json.dumps({c.key: [f.code for f in status_of(c, facts).blocking] for c in (SAMPLER, ATTENTION)}))
+    facts, cache_dir = collect(), Settings.from_env().cache_dir
+    print(json.dumps({c.key: [f.code for f in status_of(c, facts, cache_dir).blocking] for c in (SAMPLER, ATTENTION)}))
     """
 )
 

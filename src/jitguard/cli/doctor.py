@@ -92,7 +92,7 @@ def execute(args: argparse.Namespace) -> int:
     if probe is not None:
         results["flashinfer"] = _with_probe(results["flashinfer"], list(probe.findings))
     decision = _gdn_decision(facts)
-    engine = _engine_choices(args.engine, facts) if args.engine else None
+    engine = _engine_choices(args.engine, facts, settings) if args.engine else None
     store = _store_trust(settings)
     blocked = any(f.blocking for fs in (own, *results.values()) for f in fs)
     code = EXIT_FAILURE if blocked else EXIT_OK
@@ -227,17 +227,17 @@ def _gdn_decision(facts: Facts) -> dict[str, Any] | None:
     return describe_auto(facts=facts)
 
 
-def _engine_choices(engine: str, facts: Facts) -> dict[str, Any]:
+def _engine_choices(engine: str, facts: Facts, settings: Settings) -> dict[str, Any]:
     """Every FlashInfer choice the engine would make here and what jitguard says to each (docs/vllm.md,
     docs/sglang.md)."""
     if engine == "sglang":
         from jitguard.cli.engine import describe
 
-        rows = describe("sglang", facts=facts)
+        rows = describe("sglang", settings.cache_dir, facts=facts)
         return {"name": "sglang", "version": rows[0]["sglang"] if rows else None, "choices": rows}
     from jitguard.integrations.vllm.preview import preview
 
-    return preview(facts).to_json()
+    return preview(facts, settings.cache_dir).to_json()
 
 
 def _payload(

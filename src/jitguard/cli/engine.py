@@ -1,14 +1,15 @@
 """An inference engine's kernel choices and jitguard's verdict on each, for `jitguard doctor --engine NAME`.
 
-``describe(engine)`` gives the rows (plain dicts, also the JSON payload), ``render(engine, rows)`` the text. The
+``describe(engine, cache_dir)`` gives the rows (plain dicts, also the JSON payload), ``render(engine, rows)`` the text. The
 flag itself belongs to `jitguard doctor` (cli/doctor.py): ``--engine`` with choices ``ENGINES``, then
-``print(render(args.engine, describe(args.engine, facts=facts)))``, or ``{"engine": ..., "choices": rows}`` in
+``print(render(args.engine, describe(args.engine, settings.cache_dir, facts=facts)))``, or ``{"engine": ..., "choices": rows}`` in
 the JSON envelope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jitguard.errors import UsageError
@@ -21,10 +22,11 @@ ENGINES = ("sglang",)
 TITLES = {"sglang": "SGLang"}
 
 
-def describe(engine: str, *, facts: Facts | None = None) -> list[dict[str, Any]]:
-    """The rows for ``engine`` (one per choice), from ``facts`` (default: this machine's)."""
+def describe(engine: str, cache_dir: Path, *, facts: Facts | None = None) -> list[dict[str, Any]]:
+    """The rows for ``engine`` (one per choice), from ``facts`` (default: this machine's) and the failure cache
+    under ``cache_dir``."""
     if engine == "sglang":
-        return describe_choices(facts=facts)
+        return describe_choices(cache_dir, facts=facts)
     raise UsageError(f"--engine {engine!r} is not one jitguard knows; choose one of: {', '.join(ENGINES)}")
 
 

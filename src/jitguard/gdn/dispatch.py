@@ -21,10 +21,10 @@ from jitguard.errors import BackendUnavailable, JitguardError, UsageError
 from jitguard.findings.catalog import make
 from jitguard.findings.classify import classify_exception
 from jitguard.findings.model import Finding
-from jitguard.gdn.backend_statuses import Environment
 from jitguard.gdn.backends import GdnBackend, default_backends
 from jitguard.gdn.validate import check_backend_name
 from jitguard.report.text import render_explain
+from jitguard.status.gdn_backends import BackendStatuses
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -44,10 +44,12 @@ class _Plan:
 class Dispatcher:
     """Resolves and runs calls. One process-wide instance serves ``jitguard.gdn.chunk_gated_delta_rule``."""
 
-    def __init__(self, backends: Sequence[GdnBackend] | None = None, environment: Environment | None = None):
+    def __init__(
+        self, backends: Sequence[GdnBackend] | None = None, environment: BackendStatuses | None = None
+    ):
         self.backends: dict[str, GdnBackend] = {b.NAME: b for b in (backends or default_backends())}
         self.order = list(self.backends)  # auto tries them in the order given (default: decision.ORDER)
-        self.environment = environment or Environment()
+        self.environment = environment or BackendStatuses()
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._failed: dict[str, tuple[Finding, ...]] = {}  # first-use failures in this process
         self._loaded: set[str] = set()
@@ -282,7 +284,7 @@ def backend_status(name: str, *, facts: Facts | None = None) -> BackendStatus:
     if name not in d.backends:
         check_backend_name(name)
     b = d.backends[name]
-    env = d.environment if facts is None else Environment(facts=facts, cache_dir=d.environment.cache_dir)
+    env = d.environment if facts is None else BackendStatuses(facts=facts, cache_dir=d.environment.cache_dir)
     status = env.status(b) if b.MODULE is not None else BackendStatus(name, True, ())
     failed = d.failed_here(name)
     if failed:
@@ -329,4 +331,6 @@ def _with_facts(facts: Facts | None) -> Dispatcher:
     d = dispatcher()
     if facts is None:
         return d
-    return Dispatcher(list(d.backends.values()), Environment(facts=facts, cache_dir=d.environment.cache_dir))
+    return Dispatcher(
+        list(d.backends.values()), BackendStatuses(facts=facts, cache_dir=d.environment.cache_dir)
+    )

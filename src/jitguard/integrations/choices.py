@@ -1,8 +1,7 @@
-"""The I/O half of an engine's FlashInfer choices (``jitguard.decision.engine`` is the pure half): this
-process's facts, the failure cache and the prebuilt modules, turned into a status per choice
-(``status_of``), and the one guard that applies the verdicts inside an engine (``ChoiceGuard``: vLLM's
-choices, GDN prefill included, and SGLang's linear-attention phases): one warning per choice and process, a
-clear stop for a named path that cannot work.
+"""The one guard that applies the verdicts on an engine's FlashInfer choices inside the engine (``ChoiceGuard``:
+vLLM's choices, GDN prefill included, and SGLang's linear-attention phases): each choice's status asked once of
+the status service (``status.engine_choices``), one warning per choice and process, a clear stop for a named
+path that cannot work.
 
 Every choice reads the same facts (``boundary.process_facts``: once per process, at most
 ``JITGUARD_PREFLIGHT_TIMEOUT`` long): when that fails, it is said once and every choice stays the engine's
@@ -17,172 +16,28 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jitguard.boundary.failsafe import AlreadyReported, report_fault
 from jitguard.boundary.process_facts import ProcessFacts, process_facts
 from jitguard.config import Settings
 from jitguard.decision.engine import (
-    BUILD_DOOM,
-    CACHED_FAILURE,
-    GDN_PREFILL,
-    KERNELS,
     Choice,
     ChoiceStatus,
     ChoiceUnavailable,
     ChoiceVerdict,
     assess,
-    prefill_in_process,
     primary_of,
     verdict,
 )
 from jitguard.decision.gdn import UNVERIFIED, BackendStatus
-from jitguard.findings.cached_failures import cached_failure
-from jitguard.findings.catalog import make
-from jitguard.findings.checks import jit_preflight
-from jitguard.findings.checks_arch import for_choice
-from jitguard.findings.checks_packages import jit_cache_install_command
-from jitguard.findings.checks_toolchain import check_built_library
 from jitguard.findings.model import Finding
 from jitguard.ledger import tally
-from jitguard.state.failure_cache import FailureCache, ttl_from_env
-
-if TYPE_CHECKING:
-    from jitguard.facts import Facts
-    from jitguard.facts.flashinfer_modules import PrebuiltModule
+from jitguard.status.engine_choices import gdn_status, status_of
 
 log = logging.getLogger("jitguard.engine")
 
 StatusProvider = Callable[[Choice], ChoiceStatus]
 GdnProvider = Callable[[], BackendStatus]
-
-
-def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path | None = None) -> list[Finding]:
-    """``flashinfer-cached-failure`` for each module of ``choice`` that failed to build or load in this same
-    environment (the build hook records every FlashInfer module it saw fail, by FlashInfer's name)."""
-    cache = FailureCache(cache_dir or Settings.from_env().cache_dir, ttl=ttl_from_env())
-    return [
-        cached_failure(
-            CACHED_FAILURE,
-            backend="flashinfer",
-            title=choice.title,
-            module=record.module,
-            fingerprint=facts.fingerprint,
-            earlier=record.findings,
-            log_path=record.log_path,
-            created=record.created,
-        )
-        for record in cache.failures(facts.fingerprint, prefixes=choice.modules)
-    ]
-
-
-def gdn_status(facts: Facts) -> BackendStatus:
-    """FlashInfer GDN prefill here: the GDN op's status plus the recorded failures of FlashInfer's own GDN
-    modules (``gdn_prefill_sm90``, recorded by the build hook when a build in an engine failed). What every
-    GDN choice (vLLM's GDN prefill, SGLang's phases) starts from."""
-    # lazy: the GDN op loads when the engine asks for its status, not with the plugins' import
-    from jitguard.gdn.dispatch import backend_status
-
-    status = backend_status("flashinfer", facts=facts)
-    known = recorded_failures(facts, GDN_PREFILL)
-    return BackendStatus.of("flashinfer", [*status.findings, *known]) if known else status
-
-
-def status_of(choice: Choice, facts: Facts, *, gdn: BackendStatus | None = None) -> ChoiceStatus:
-    """``choice``'s status from ``facts``, the failure cache and the prebuilt modules. A GDN choice starts
-    from ``gdn`` (default: ``gdn_status(facts)``)."""
-    if choice.gdn:
-        base = gdn if gdn is not None else gdn_status(facts)
-        return assess(choice, base.findings, in_process=_in_process(facts))
-    known = recorded_failures(facts, choice)
-    # lazy: under the guard's shield where it runs, not with the plugins' import
-    from jitguard.facts.flashinfer_modules import prebuilt
-
-    fi = facts.flashinfer
-    built = prebuilt(fi, choice.modules)
-    for module in _first_per_prefix(built, choice.required):
-        known.append(
-            make(
-                "flashinfer-module-prebuilt",
-                backend="flashinfer",
-                evidence=[str(module.path)],
-                title=choice.title,
-                module=module.name,
-                path=module.path,
-                source=module.source,
-            )
-        )
-        known += check_built_library(module.path, facts.libstdcxx)
-    jit_cache = bool(fi.jit_cache_version) and bool(fi.jit_cache_matches) and not fi.jit_cache_import_raises
-    arch_build, arch_always = for_choice(facts, choice.key)  # the GPU arch x toolkit check, per module kind
-    pre = [*jit_preflight(facts), *arch_build]
-    if fi.cubin_dir is not None and not jit_cache and any(f.code in BUILD_DOOM for f in pre):
-        known += _cubin_without_modules(facts)
-    if choice is KERNELS and jit_cache:
-        known += _vllm_gate_without_cubin(facts, pre)
-    return assess(choice, pre, [*known, *arch_always], [m.name for m in built], jit_cache=jit_cache)
-
-
-def _cubin_without_modules(facts: Facts) -> list[Finding]:
-    """Why flashinfer-cubin does not make a choice work where its modules cannot be built: it holds kernel
-    binaries, no module (``facts.flashinfer_modules.cubin_kernels``)."""
-    # lazy: under the guard's shield where it runs, not with the plugins' import
-    from jitguard.facts.flashinfer_modules import cubin_kernels
-
-    fi = facts.flashinfer
-    kernels = cubin_kernels(fi)
-    launchers = sorted({m for _, m in kernels if m is not None})
-    return [
-        make(
-            "flashinfer-cubin-no-modules",
-            backend="flashinfer",
-            evidence=[
-                f"{fi.cubin_dir}: kernel families {', '.join(f for f, _ in kernels) or 'none'}",
-                "no flashinfer-jit-cache of flashinfer-python's version: every module compiles on first use",
-            ],
-            cubin_version=fi.cubin_version,
-            kernels=", ".join(f for f, _ in kernels) or "none found",
-            launchers=", ".join(launchers) or "none",
-            jit_cache_command=jit_cache_install_command(facts),
-        )
-    ]
-
-
-def _vllm_gate_without_cubin(facts: Facts, pre: Sequence[Finding]) -> list[Finding]:
-    """vLLM's has_flashinfer() wants nvcc and ninja, or flashinfer-cubin; a matching jit-cache it ignores. Where
-    that turns FlashInfer's prebuilt kernels off, say so (jitguard never turns vLLM's False into True)."""
-    fi = facts.flashinfer
-    missing = [f.code.removesuffix("-missing") for f in pre if f.code in ("nvcc-missing", "ninja-missing")]
-    if fi.cubin_version is not None or not missing:
-        return []
-    return [
-        make(
-            "vllm-gate-wants-cubin",
-            backend="flashinfer",
-            evidence=[f"{fi.jit_cache_dir}: flashinfer-jit-cache {fi.jit_cache_version}", *missing],
-            missing=f"{' and '.join(missing)} cannot be found and flashinfer-cubin is not installed",
-            jit_cache_version=fi.jit_cache_version,
-            version=fi.version,
-        )
-    ]
-
-
-def _in_process(facts: Facts) -> bool:
-    try:
-        return prefill_in_process(facts.flashinfer.era, {d.major for d in facts.gpu.devices})
-    except Exception:  # a GPU fact that could not be collected: FlashInfer's usual path
-        return False
-
-
-def _first_per_prefix(built: Sequence[PrebuiltModule], prefixes: Sequence[str]) -> list[PrebuiltModule]:
-    """One prebuilt module per required prefix: enough to check that what FlashInfer loads can load."""
-    chosen: list[PrebuiltModule] = []
-    for prefix in prefixes:
-        match = next((m for m in built if m.name.startswith(prefix)), None)
-        if match is not None and match not in chosen:
-            chosen.append(match)
-    return chosen
 
 
 @dataclass(frozen=True)
@@ -200,8 +55,9 @@ class ChoiceGuard:
     (``looks``), each choice's status taken once, its fallback said once; a named choice that cannot work
     raises ``ChoiceUnavailable``; a fault of jitguard's own keeps the engine's choice (said once).
 
-    ``gdn`` replaces how FlashInfer's GDN status is obtained (its findings are then taken as they are);
-    ``status`` how every choice's status is (tests)."""
+    ``settings``: the engine entry's (its plugin's ``register`` builds them once; default: this process's
+    environment, read when a status is first asked for). ``gdn`` replaces how FlashInfer's GDN status is
+    obtained (its findings are then taken as they are); ``status`` how every choice's status is (tests)."""
 
     def __init__(
         self,
@@ -210,10 +66,11 @@ class ChoiceGuard:
         *,
         gdn: GdnProvider | None = None,
         status: StatusProvider | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.engine = engine
         self._lock = threading.RLock()
-        self.set_facts(facts, status, gdn=gdn)
+        self.set_facts(facts, status, gdn=gdn, settings=settings)
 
     def set_facts(
         self,
@@ -221,10 +78,12 @@ class ChoiceGuard:
         status: StatusProvider | None = None,
         *,
         gdn: GdnProvider | None = None,
+        settings: Settings | None = None,
     ) -> None:
-        """Judge on ``facts`` (default: this process's provider) from now on, afresh."""
+        """Judge on ``facts`` (default: this process's provider) and ``settings`` from now on, afresh."""
         with self._lock:
             self._facts = facts
+            self._settings = settings
             self._provider = status
             self._gdn_provider = gdn
             self._gdn: BackendStatus | None = None
@@ -239,12 +98,28 @@ class ChoiceGuard:
     def facts(self) -> ProcessFacts:
         return self._facts or process_facts()
 
+    def use(self, settings: Settings) -> None:
+        """Read ``settings`` (the engine entry's) from now on; what was judged stays."""
+        with self._lock:
+            self._settings = settings
+
+    @property
+    def settings(self) -> Settings:
+        with self._lock:
+            if self._settings is None:
+                self._settings = Settings.from_env()
+            return self._settings
+
     def gdn(self) -> BackendStatus:
         """FlashInfer's GDN status, looked at once."""
         with self._lock:
             if self._gdn is None:
                 self.looks += 1
-                self._gdn = self._gdn_provider() if self._gdn_provider else gdn_status(self.facts.get())
+                self._gdn = (
+                    self._gdn_provider()
+                    if self._gdn_provider
+                    else gdn_status(self.facts.get(), self.settings.cache_dir)
+                )
             return self._gdn
 
     def status(self, choice: Choice) -> ChoiceStatus:
@@ -261,14 +136,14 @@ class ChoiceGuard:
         if self._provider is not None:
             return self._provider(choice)
         if not choice.gdn:
-            return status_of(choice, self.facts.get())
+            return status_of(choice, self.facts.get(), self.settings.cache_dir)
         if self._gdn_provider is not None:
             base = self.gdn()
             status = assess(choice, base.findings)
             if not base.usable and choice.decided_by is None:  # unusable as given, reasons or not
                 return dataclasses.replace(status, usable=False)
             return status
-        return status_of(choice, self.facts.get(), gdn=self.gdn())
+        return status_of(choice, self.facts.get(), self.settings.cache_dir, gdn=self.gdn())
 
     def judge(self, choice: Choice, *, named: str | None) -> ChoiceVerdict | None:
         """The verdict on the engine's choice of FlashInfer for ``choice``; None when jitguard's own check

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary.failsafe import shielded
-from jitguard.config import Settings
 from jitguard.facts.installed_files import installed_files
 from jitguard.findings.catalog import make
 from jitguard.integrations.choices import Ask
 from jitguard.state.failure_cache import FailureCache, ttl_from_env
+from jitguard.state.module_names import GDN_OP_FLASHINFER
 from jitguard.state.proof_passes import ProofPasses
 
 if TYPE_CHECKING:
@@ -63,9 +63,6 @@ def settle(guard: ChoiceGuard, trial: Trial, exc: BaseException, *, code: str) -
 def failure_findings(guard: ChoiceGuard, trial: Trial, exc: BaseException, *, code: str) -> list[Finding]:
     """``code`` for ``exc``, recorded in the failure cache under FlashInfer GDN prefill's name (the jitguard.gdn
     op's: ``gdn-prefill/flashinfer``) and this host's fingerprint."""
-    # lazy: the GDN op (~17 modules) loads when a failure is recorded, not with the plugin's import
-    from jitguard.gdn.backends.flashinfer import MODULE
-
     facts = guard.facts.get()
     tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
     frames = [line.strip() for line in "".join(tail).splitlines() if line.strip().startswith("File ")]
@@ -85,12 +82,11 @@ def failure_findings(guard: ChoiceGuard, trial: Trial, exc: BaseException, *, co
         error_message=str(exc),
         then=then,
         fingerprint=facts.fingerprint,
-        module=MODULE,
+        module=GDN_OP_FLASHINFER,
     )
-    if MODULE is not None:
-        FailureCache(Settings.from_env().cache_dir, ttl=ttl_from_env()).record_failure(
-            MODULE, facts.fingerprint, [finding]
-        )
+    FailureCache(guard.settings.cache_dir, ttl=ttl_from_env()).record_failure(
+        GDN_OP_FLASHINFER, facts.fingerprint, [finding]
+    )
     return [finding]
 
 
@@ -142,7 +138,7 @@ def _passes(guard: ChoiceGuard, use: Callable[[Any], bool]) -> bool:
     return shielded(
         "the record of FlashInfer's proof",
         "the proof call runs",
-        lambda: use(ProofPasses(Settings.from_env().cache_dir)),
+        lambda: use(ProofPasses(guard.settings.cache_dir)),
         lambda: False,
     )
 

@@ -43,8 +43,9 @@ from jitguard.decision.sglang import (
 )
 from jitguard.errors import ConfigError
 from jitguard.integrations import IMPORT_STARTED, sglang_proof, sglang_ready, start_ledger
-from jitguard.integrations.choices import Ask, ChoiceGuard, gdn_status, status_of
+from jitguard.integrations.choices import Ask, ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
+from jitguard.status.engine_choices import gdn_status, status_of
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -240,12 +241,14 @@ def _register(facts: Facts | None) -> bool:
     if not sglang_installed():
         return False
 
-    if Settings.from_env().disabled:
+    settings = Settings.from_env()  # this entry's, once: the guard and the restore read these
+    if settings.disabled:
         return False
     with _lock:
         if facts is not None:
             process_facts.replace(lambda: facts)
-            _guard.set_facts()
+            _guard.set_facts(settings=settings)
+        _guard.use(settings)
         if _layout is not None:
             return True
         layout = installed_layout()
@@ -269,9 +272,7 @@ def _register(facts: Facts | None) -> bool:
 
     start_ledger.begin("sglang", import_s=_IMPORT_S)
     sglang_ready.watch()
-    outcome = warm_start.restore_once(
-        Settings.from_env(), engine="sglang"
-    )  # never raises; no-op without a store
+    outcome = warm_start.restore_once(settings, engine="sglang")  # never raises; no-op without a store
     start_ledger.covered_by(outcome, "sglang")
     return layout is not None
 
@@ -323,17 +324,17 @@ DEFAULTS = {  # when SGLang picks FlashInfer for a phase by itself
 }
 
 
-def describe_choices(*, facts: Facts | None = None) -> list[dict[str, Any]]:
+def describe_choices(cache_dir: Path, *, facts: Facts | None = None) -> list[dict[str, Any]]:
     """SGLang's linear-attention choices here, one row per phase: the option, when SGLang picks FlashInfer on
     its own (else Triton), jitguard's verdict for FlashInfer in that phase and what the plugin then does.
     Reads SGLang's version and layout from its installed files without importing it."""
 
     version, layout = _installed_files()
     facts = facts or collect_here()
-    gdn = gdn_status(facts)
+    gdn = gdn_status(facts, cache_dir)
     rows = []
     for phase in (layout or PER_RUNNER).phases:
-        st = status_of(PHASE_CHOICES[phase], facts, gdn=gdn)
+        st = status_of(PHASE_CHOICES[phase], facts, cache_dir, gdn=gdn)
         blocking = list(st.blocking)
         rows.append(
             {

@@ -45,8 +45,8 @@ class Selection:
         )
 
 
-# The op's record of its FlashInfer backend (``jitguard.gdn.backends.flashinfer.MODULE``; the op is a later
-# stage, so it is spelled here too and a test keeps the two equal).
+# The op's record of its FlashInfer backend, spelled once: the status service's ``FLASHINFER_GDN`` and through
+# it ``jitguard.gdn.backends.flashinfer.MODULE`` take it from here.
 GDN_OP_FLASHINFER = "gdn-prefill/flashinfer"
 
 

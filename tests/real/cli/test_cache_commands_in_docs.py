@@ -41,7 +41,7 @@ PARTIAL = "gdn_prefill_sm90_only_bf16_g0b1a1i1"  # bf16, Hv == Hq, beta, alpha, 
 GDN_GROUP = {OP, FULL, PARTIAL}
 
 # The op's first use as the dispatcher makes it (jitguard.gdn.dispatch: load, prepare, then on a failure
-# classify_exception and Environment.record_failure), with the real FlashInfer backend on CPU tensors: its
+# classify_exception and BackendStatuses.record_failure), with the real FlashInfer backend on CPU tensors: its
 # build stage needs no GPU, and here it fails at pre-flight.
 FIRST_USE = textwrap.dedent(
     """
@@ -53,7 +53,7 @@ FIRST_USE = textwrap.dedent(
     from jitguard.findings.classify import classify_exception
     from jitguard.gdn.backends import flashinfer as backend
     from jitguard.gdn.call import GdnCall
-    from jitguard.gdn.backend_statuses import Environment
+    from jitguard.status.gdn_backends import BackendStatuses
 
     q = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
     g = torch.zeros(4, 2)
@@ -64,7 +64,7 @@ FIRST_USE = textwrap.dedent(
         print(json.dumps(None))
     except Exception as exc:
         found = classify_exception(backend.NAME, backend.TITLE, "load", exc, alternative="triton", facts=None)
-        Environment().record_failure(backend, found, getattr(exc, "log_path", None))
+        BackendStatuses().record_failure(backend, found, getattr(exc, "log_path", None))
         print(json.dumps({"type": type(exc).__name__, "module": getattr(exc, "module", None)}))
     """
 )

@@ -28,7 +28,7 @@ def engine_core(queue: Queue[dict[str, Any]]) -> None:
     load_general_plugins()
     from jitguard.decision.engine import GDN_PREFILL
     from jitguard.integrations import vllm as plugin
-    from jitguard.integrations.choices import recorded_failures
+    from jitguard.status.engine_choices import recorded_failures
 
     facts = plugin.engine_facts().get()
     queue.put(
@@ -36,7 +36,9 @@ def engine_core(queue: Queue[dict[str, Any]]) -> None:
             "registered": plugin.is_registered(),
             "fingerprint": facts.fingerprint,
             # the failures of FlashInfer's GDN modules that its GDN prefill verdict takes into account
-            "gdn_records": [f.to_json() for f in recorded_failures(facts, GDN_PREFILL)],
+            "gdn_records": [
+                f.to_json() for f in recorded_failures(facts, GDN_PREFILL, plugin.guard().settings.cache_dir)
+            ],
             "engine_core_ld_library_path": os.environ.get("LD_LIBRARY_PATH"),
         }
     )

@@ -4,6 +4,7 @@ here, read without importing SGLang."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +12,8 @@ from jitguard.cli.engine import describe, render
 from jitguard.errors import UsageError
 
 
-def test_sglang_rows_give_each_phase_its_option_and_verdict() -> None:
-    rows = describe("sglang")
+def test_sglang_rows_give_each_phase_its_option_and_verdict(tmp_path: Path) -> None:
+    rows = describe("sglang", tmp_path)
     assert [r["phase"] for r in rows] == ["prefill", "decode", "verify"]
     for row in rows:
         assert (
@@ -29,13 +30,13 @@ def test_sglang_rows_give_each_phase_its_option_and_verdict() -> None:
     assert "sglang" not in sys.modules
 
 
-def test_sglang_text_names_each_phase_and_what_jitguard_does() -> None:
-    text = render("sglang", describe("sglang"))
+def test_sglang_text_names_each_phase_and_what_jitguard_does(tmp_path: Path) -> None:
+    text = render("sglang", describe("sglang", tmp_path))
     for phase in ("prefill", "decode", "verify"):
         assert f"  {phase} " in text
     assert "asked for by name ->" in text
 
 
-def test_an_unknown_engine_is_a_usage_error() -> None:
+def test_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="sglang"):
-        describe("tgi")
+        describe("tgi", tmp_path)

@@ -16,12 +16,12 @@ from jitguard.decision.gdn import CallSpec
 from jitguard.errors import BackendUnavailable, ConfigError
 from jitguard.findings.model import Finding
 from jitguard.gdn import chunk_gated_delta_rule, explain
-from jitguard.gdn.backend_statuses import Environment
 from jitguard.gdn.backends import torch as torch_backend
 from jitguard.gdn.call import GdnCall
 from jitguard.gdn.dispatch import Dispatcher, backend_status, outlook, reset, resolve
 from jitguard.gdn.shapes import make_inputs
 from jitguard.report.text import render_decision
+from jitguard.status.gdn_backends import BackendStatuses
 
 pytest.importorskip("jitguard.findings.checks")  # the lead's pre-flight checks
 pytest.importorskip("jitguard.state.failure_cache")
@@ -143,7 +143,7 @@ def test_a_cached_failure_blocks_the_backend(tmp_path: Path) -> None:
     from jitguard.findings.catalog import make
     from jitguard.state.failure_cache import FailureCache
 
-    env = Environment(cache_dir=tmp_path / "cache")
+    env = BackendStatuses(cache_dir=tmp_path / "cache")
     FailureCache(tmp_path / "cache").record_failure(
         "gdn-prefill/flashinfer",
         env.facts().fingerprint,
@@ -201,7 +201,7 @@ class LaunchFails(LinksAgainstLibcuda):
         return torch.mm(call.q, call.q)  # a 3-D tensor: a real RuntimeError from the "kernel"
 
 
-class PreflightPasses(Environment):
+class PreflightPasses(BackendStatuses):
     """Pre-flight says yes, as it does on a healthy GPU host; facts, fingerprint and the cache are real."""
 
     def preflight(self, backend: Any) -> list[Finding]:

@@ -19,13 +19,14 @@ from jitguard.gdn.call import GdnCall
 from jitguard.gdn.reference import l2norm
 from jitguard.gdn_variants.module_router import route, router
 from jitguard.gdn_variants.variant_plan import variant_of_call
+from jitguard.status.gdn_backends import FLASHINFER_GDN
 
 if TYPE_CHECKING:
     import torch
 
-NAME = "flashinfer"
-TITLE = "FlashInfer GDN prefill"
-MODULE: str | None = "gdn-prefill/flashinfer"
+NAME = FLASHINFER_GDN.NAME
+TITLE = FLASHINFER_GDN.TITLE
+MODULE: str | None = FLASHINFER_GDN.MODULE
 HEAD_DIM = 128
 DTYPES = ("float16", "bfloat16")
 FIRST_VERSION = "0.6.3"

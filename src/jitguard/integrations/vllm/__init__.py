@@ -25,7 +25,7 @@ from jitguard.config import Settings
 from jitguard.decision.engine import normalise_request
 from jitguard.errors import UsageError
 from jitguard.integrations import IMPORT_STARTED, start_ledger
-from jitguard.integrations.choices import ChoiceGuard, gdn_status
+from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.import_hooks import PostImportHook
 from jitguard.integrations.vllm import (
     attention,
@@ -39,6 +39,7 @@ from jitguard.integrations.vllm import (
 )
 from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
+from jitguard.status.engine_choices import gdn_status
 
 if TYPE_CHECKING:
     from jitguard.decision.gdn import BackendStatus
@@ -77,9 +78,9 @@ def engine_facts() -> process_facts.ProcessFacts:
 
 
 def default_status() -> BackendStatus:
-    """FlashInfer GDN prefill's status on this process's facts: the GDN op's status plus the recorded failures
-    of FlashInfer's GDN modules (what the guard judges GDN prefill on unless ``register(status=...)``)."""
-    return gdn_status(engine_facts().get())
+    """FlashInfer GDN prefill's status on this process's facts: the pre-flight of the GDN op's FlashInfer
+    backend plus the recorded failures (what the guard judges GDN prefill on unless ``register(status=...)``)."""
+    return gdn_status(engine_facts().get(), _guard.settings.cache_dir)
 
 
 def _apply(module: ModuleType) -> None:
@@ -146,7 +147,8 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
         if facts is not None:
             process_facts.replace(facts)
         if facts is not None or status is not None:
-            _guard.set_facts(gdn=status)
+            _guard.set_facts(gdn=status, settings=settings)
+        _guard.use(settings)
         if _hook is None:
             route_logs()
             shielded("checking vLLM's release", "nothing said about it", coverage.say_once, lambda: None)

@@ -6,13 +6,14 @@ and failure cache; what a user can only say on vLLM's command line (``--gdn-pref
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
 from jitguard.decision.engine_release import Coverage, covers
-from jitguard.integrations.choices import status_of
 from jitguard.integrations.vllm import SITES, attention, coverage, predicates, sampler
 from jitguard.integrations.vllm.sites import Site
+from jitguard.status.engine_choices import status_of
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -60,7 +61,7 @@ class Preview:
         }
 
 
-def preview(facts: Facts) -> Preview:
+def preview(facts: Facts, cache_dir: Path) -> Preview:
     version = _vllm_version(facts)
     rows = []
     for choice in CHOICES:
@@ -69,7 +70,7 @@ def preview(facts: Facts) -> Preview:
         site = next(
             (s for s in sites if version and covers(s.releases, version)), sites[0] if sites else None
         )
-        rows.append(Row(status_of(choice, facts), site, _named_now(choice.key)))
+        rows.append(Row(status_of(choice, facts, cache_dir), site, _named_now(choice.key)))
     if version is None:
         return Preview(version, tuple(rows))
 

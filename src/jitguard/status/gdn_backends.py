@@ -1,6 +1,6 @@
-"""What this process's environment says about each GDN backend: pre-flight findings on this process's facts
-plus the failure cache. The I/O half of the decision (facts, cache files); ``jitguard.decision.gdn`` is the
-pure half.
+"""What this process's environment says about each GDN backend: pre-flight findings on its facts plus the
+failure cache. The I/O half of the GDN decision (``jitguard.decision.gdn`` is the pure half), asked by the op's
+dispatcher and, for FlashInfer's, by the engine guard (``status.engine_choices``).
 
 Facts are collected at most once (and only when a status is asked for); statuses are cached per backend
 until ``record_failure`` or ``clear``. Nothing here raises: a crash in jitguard's own checks becomes a
@@ -14,7 +14,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from jitguard.config import Settings
 from jitguard.decision.gdn import BackendStatus
@@ -23,13 +23,36 @@ from jitguard.findings.cached_failures import cached_failure
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import preflight as run_checks
 from jitguard.findings.model import Finding
-from jitguard.state.failure_cache import FailureCache, ttl_from_env
+from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
+from jitguard.state.module_names import GDN_OP_FLASHINFER
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
-    from jitguard.gdn.backends import GdnBackend
 
 log = logging.getLogger("jitguard")
+
+
+class Checked(Protocol):
+    """What a status needs of a GDN backend (a module of ``jitguard.gdn.backends`` or a ``Backend``)."""
+
+    @property
+    def NAME(self) -> str: ...
+    @property
+    def TITLE(self) -> str: ...
+    @property
+    def MODULE(self) -> str | None: ...
+
+
+class Backend(NamedTuple):
+    """A GDN backend's name, title and failure-cache module, where the backend itself is not imported."""
+
+    NAME: str
+    TITLE: str
+    MODULE: str | None
+
+
+# The op's FlashInfer backend: ``jitguard.gdn.backends.flashinfer`` takes its names from here.
+FLASHINFER_GDN = Backend("flashinfer", "FlashInfer GDN prefill", GDN_OP_FLASHINFER)
 
 
 def guarded(backend: str, title: str, probe: Callable[[], list[Finding]]) -> list[Finding]:
@@ -49,8 +72,8 @@ def guarded(backend: str, title: str, probe: Callable[[], list[Finding]]) -> lis
         ]
 
 
-class Environment:
-    """Backend statuses in this environment (see the module docstring)."""
+class BackendStatuses:
+    """The GDN backends' statuses in this environment (see the module docstring)."""
 
     def __init__(self, *, facts: Facts | None = None, cache_dir: Path | None = None) -> None:
         self._facts = facts
@@ -70,7 +93,7 @@ class Environment:
                 self._facts = collect(cache_dir=self.cache_dir)
             return self._facts
 
-    def status(self, backend: GdnBackend) -> BackendStatus:
+    def status(self, backend: Checked) -> BackendStatus:
         name = backend.NAME
         with self._lock:
             cached = self._statuses.get(name)
@@ -79,7 +102,7 @@ class Environment:
                 cached = self._statuses[name] = BackendStatus.of(name, findings)
             return cached
 
-    def preflight(self, backend: GdnBackend) -> list[Finding]:
+    def preflight(self, backend: Checked) -> list[Finding]:
         """The pre-flight checks' findings for this backend on this process's facts."""
 
         def run() -> list[Finding]:
@@ -87,30 +110,32 @@ class Environment:
 
         return guarded(backend.NAME, backend.TITLE, run)
 
-    def cached_failures(self, backend: GdnBackend) -> list[Finding]:
+    def cached_failures(self, backend: Checked) -> list[Finding]:
         """A gdn-cached-failure finding when the failure cache holds a failure of this backend here."""
         module = backend.MODULE
         if module is None:
             return []
         return guarded(backend.NAME, backend.TITLE, lambda: self._cached_failure(backend, module))
 
-    def _cached_failure(self, backend: GdnBackend, module: str) -> list[Finding]:
-        cache = _failure_cache(self.cache_dir)
-        return [
-            cached_failure(
-                "gdn-cached-failure",
-                backend=backend.NAME,
-                title=backend.TITLE,
-                module=module,
-                fingerprint=record.fingerprint,
-                earlier=record.findings,
-                log_path=record.log_path,
-                created=record.created,
-            )
-            for record in cache.failures(self.facts().fingerprint, modules=(module,))
-        ]
+    def _cached_failure(self, backend: Checked, module: str) -> list[Finding]:
+        records = _failure_cache(self.cache_dir).failures(self.facts().fingerprint, modules=(module,))
+        return [self.op_record(backend, record) for record in records]
 
-    def record_failure(self, backend: GdnBackend, findings: Sequence[Finding], log_path: str | None) -> None:
+    @staticmethod
+    def op_record(backend: Checked, record: FailureRecord) -> Finding:
+        """``gdn-cached-failure`` for the op's recorded failure of ``backend``."""
+        return cached_failure(
+            "gdn-cached-failure",
+            backend=backend.NAME,
+            title=backend.TITLE,
+            module=record.module,
+            fingerprint=record.fingerprint,
+            earlier=record.findings,
+            log_path=record.log_path,
+            created=record.created,
+        )
+
+    def record_failure(self, backend: Checked, findings: Sequence[Finding], log_path: str | None) -> None:
         """Write the failure to the failure cache (best effort) and forget the cached status."""
         with self._lock:
             self._statuses.pop(backend.NAME, None)
@@ -132,5 +157,5 @@ class Environment:
             self._statuses.clear()
 
 
-def _failure_cache(cache_dir: Path) -> Any:
+def _failure_cache(cache_dir: Path) -> FailureCache:
     return FailureCache(cache_dir, ttl=ttl_from_env())
