@@ -21,7 +21,6 @@ from jitguard.decision.engine import (
 )
 from jitguard.decision.gdn import BackendStatus
 from jitguard.facts.flashinfer_modules import cubin_kernels, prebuilt
-from jitguard.findings.cached_failures import cached_failure
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import jit_preflight
 from jitguard.findings.checks_arch import for_choice
@@ -30,7 +29,7 @@ from jitguard.findings.checks_toolchain import check_built_library
 from jitguard.findings.model import Finding
 from jitguard.state.failure_cache import FailureCache, FailureRecord, ttl_from_env
 from jitguard.state.module_names import GDN_OP_FLASHINFER
-from jitguard.status.gdn_backends import FLASHINFER_GDN, BackendStatuses, guarded
+from jitguard.status.gdn_backends import FLASHINFER_GDN, BackendStatuses, guarded, record_finding
 
 if TYPE_CHECKING:
     from jitguard.facts import Facts
@@ -41,7 +40,7 @@ def recorded_failures(facts: Facts, choice: Choice, cache_dir: Path) -> list[Fin
     """``flashinfer-cached-failure`` for each module of ``choice`` that failed to build or load in this same
     environment (the build hook records every FlashInfer module it saw fail, by FlashInfer's name)."""
     records = _failure_cache(cache_dir).failures(facts.fingerprint, prefixes=choice.modules)
-    return [_engine_record(facts, choice, record) for record in records]
+    return [_engine_record(choice, record) for record in records]
 
 
 def gdn_status(facts: Facts, cache_dir: Path) -> BackendStatus:
@@ -59,7 +58,7 @@ def gdn_status(facts: Facts, cache_dir: Path) -> BackendStatus:
         return [
             statuses.op_record(backend, record)
             if record.module == GDN_OP_FLASHINFER
-            else _engine_record(facts, GDN_PREFILL, record)
+            else _engine_record(GDN_PREFILL, record)
             for record in records
         ]
 
@@ -68,17 +67,8 @@ def gdn_status(facts: Facts, cache_dir: Path) -> BackendStatus:
     )
 
 
-def _engine_record(facts: Facts, choice: Choice, record: FailureRecord) -> Finding:
-    return cached_failure(
-        CACHED_FAILURE,
-        backend="flashinfer",
-        title=choice.title,
-        module=record.module,
-        fingerprint=facts.fingerprint,
-        earlier=record.findings,
-        log_path=record.log_path,
-        created=record.created,
-    )
+def _engine_record(choice: Choice, record: FailureRecord) -> Finding:
+    return record_finding(CACHED_FAILURE, "flashinfer", choice.title, record)
 
 
 def status_of(

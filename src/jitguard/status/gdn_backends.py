@@ -124,16 +124,7 @@ class BackendStatuses:
     @staticmethod
     def op_record(backend: Checked, record: FailureRecord) -> Finding:
         """``gdn-cached-failure`` for the op's recorded failure of ``backend``."""
-        return cached_failure(
-            "gdn-cached-failure",
-            backend=backend.NAME,
-            title=backend.TITLE,
-            module=record.module,
-            fingerprint=record.fingerprint,
-            earlier=record.findings,
-            log_path=record.log_path,
-            created=record.created,
-        )
+        return record_finding("gdn-cached-failure", backend.NAME, backend.TITLE, record)
 
     def record_failure(self, backend: Checked, findings: Sequence[Finding], log_path: str | None) -> None:
         """Write the failure to the failure cache (best effort) and forget the cached status."""
@@ -155,6 +146,20 @@ class BackendStatuses:
     def clear(self) -> None:
         with self._lock:
             self._statuses.clear()
+
+
+def record_finding(code: str, backend: str, title: str, record: FailureRecord) -> Finding:
+    """The finding ``code`` (a cached-failure code) that a recorded failure becomes at a later start."""
+    return cached_failure(
+        code,
+        backend=backend,
+        title=title,
+        module=record.module,
+        fingerprint=record.fingerprint,
+        earlier=record.findings,
+        log_path=record.log_path,
+        created=record.created,
+    )
 
 
 def _failure_cache(cache_dir: Path) -> FailureCache:
