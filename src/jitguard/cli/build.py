@@ -169,10 +169,9 @@ def _log_path(text: str | None) -> Path | None:
     return path
 
 
-def _options(args: argparse.Namespace) -> Any:
+def _options(args: argparse.Namespace, settings: Settings) -> Any:
     from jitguard.supervise.build_options import BuildOptions
 
-    settings = Settings.from_env()
     overrides: dict[str, Any] = {"jobs": parse_jobs(args.jobs, name="--jobs"), "progress": args.progress}
     if args.memory_budget:
         overrides["memory_budget"] = parse_memory_spec(args.memory_budget, name="--memory-budget")
@@ -210,14 +209,15 @@ def execute(args: argparse.Namespace) -> int:
     from jitguard.supervise.runner import run_ninja
 
     ninja_file = _ninja_file(args.path)
-    options = _options(args)
+    settings = Settings.from_env()  # this command's, once
+    options = _options(args, settings)
     module = args.module or ninja_file.parent.name or "build"
     log_path = _log_path(args.log)
     if options.progress in ("auto", "log"):
         _show_progress_and_waits()
     started = time.monotonic()
-    share_url = args.share or options_share_url()
-    shared = _ninja_share(args, ninja_file, module, share_url)
+    share_url = args.share or settings.share_url
+    shared = _ninja_share(args, ninja_file, module, share_url, settings)
     outcomes = []
     status = None
     if shared is not None:
@@ -280,11 +280,9 @@ def execute(args: argparse.Namespace) -> int:
     return code
 
 
-def options_share_url() -> str | None:
-    return Settings.from_env().share_url
-
-
-def _ninja_share(args: argparse.Namespace, ninja_file: Path, module: str, share_url: str | None) -> Any:
+def _ninja_share(
+    args: argparse.Namespace, ninja_file: Path, module: str, share_url: str | None, settings: Settings
+) -> Any:
     """The project's key in the artifact stores, when one is named; None (with one warning) when it cannot be
     computed: the build then runs as without a store."""
     fetched_before = any(ninja_file.parent.glob("*.jitguard-fetched.json"))
@@ -297,7 +295,6 @@ def _ninja_share(args: argparse.Namespace, ninja_file: Path, module: str, share_
     from jitguard.facts.build_identity import of_facts
     from jitguard.fleet.module_share import ninja_share
 
-    settings = Settings.from_env()
     try:
         return ninja_share(
             shutil.which("ninja") or "ninja",

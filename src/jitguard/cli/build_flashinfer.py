@@ -119,7 +119,8 @@ def execute(args: argparse.Namespace) -> int:
         from jitguard.cli.build_flashinfer_plan import report_plan
 
         return report_plan(args, env, started)
-    options = _options(args, env)
+    settings = Settings.from_env(env)  # this command's, once, in the environment the build runs in
+    options = _options(args, settings)
     selection = selection_from(args)
     version = installed_version()
     if selection.partial and version is not None:
@@ -127,7 +128,7 @@ def execute(args: argparse.Namespace) -> int:
             version
         )  # a bad --variant or a version without variants: a usage error, before any work
     try:
-        built, skipped = _build(env, options, selection, args.publish)
+        built, skipped = _build(env, settings, options, selection, args.publish)
     except _Blocked as blocked:
         headline = f"Build of {blocked.module} not started: {blocked.detail}"
         return _report_failure(args, blocked.module, blocked.findings, None, headline, started)
@@ -175,10 +176,9 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
+def _options(args: argparse.Namespace, settings: Settings) -> BuildOptions:
     from jitguard.supervise.build_options import BuildOptions
 
-    settings = Settings.from_env(env)
     jobs = parse_jobs(args.jobs, name="--jobs")
     budget = (
         parse_memory_spec(args.memory_budget, name="--memory-budget")
@@ -194,7 +194,11 @@ def _options(args: argparse.Namespace, env: dict[str, str]) -> BuildOptions:
 
 
 def _build(
-    env: dict[str, str], options: BuildOptions, selection: Selection, publish: str | None = None
+    env: dict[str, str],
+    settings: Settings,
+    options: BuildOptions,
+    selection: Selection,
+    publish: str | None = None,
 ) -> tuple[BuiltModule | None, str | None]:
     """(the built module, None) or (None, why there is nothing to build)."""
     from jitguard.facts.flashinfer import ERA_CUTEDSL, ERA_NVCC
@@ -232,7 +236,6 @@ def _build(
             "instance; jitguard uses it"
         )
 
-    settings = Settings.from_env(env)
     failures = FailureCache(settings.cache_dir, ttl=ttl_from_env(env))
     if not _library_exists(fi.jit_dir, module) and not settings.share_url:
         # Nothing built yet: a doomed environment fails here, before the seconds-long flashinfer import

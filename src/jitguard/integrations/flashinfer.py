@@ -241,10 +241,13 @@ def _route_cutedsl(module: ModuleType) -> bool:
     )
 
 
-def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source: str) -> tuple[str, ...]:
+def expect_gdn_variants(
+    config: Mapping[str, Any], dtype: str | None, settings: Settings, *, source: str
+) -> tuple[str, ...]:
     """Tell the GDN router which instances an engine will call, from the model config and the serving dtype,
     before the first call (the first call then builds them all at once). Returns their names; () when the
-    variants are off, this FlashInfer has none, or the config does not say (the first call decides then)."""
+    variants are off (the engine entry's ``settings``), this FlashInfer has none, or the config does not say
+    (the first call decides then)."""
     # lazy: the router loads with FlashInfer's GDN prefill module, not with the hook
     from jitguard.gdn_variants.module_router import expect
 
@@ -256,7 +259,6 @@ def expect_gdn_variants(config: Mapping[str, Any], dtype: str | None, *, source:
         variants_for_model,
     )
 
-    settings = Settings.from_env()
     family = family_for(_flashinfer_version())
     if settings.disabled or settings.gdn_variants == "all" or family is None:
         return ()

@@ -270,10 +270,10 @@ def _register(facts: Facts | None) -> bool:
     # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
 
-    start_ledger.begin("sglang", import_s=_IMPORT_S)
+    start_ledger.begin("sglang", settings, import_s=_IMPORT_S)
     sglang_ready.watch()
     outcome = warm_start.restore_once(settings, engine="sglang")  # never raises; no-op without a store
-    start_ledger.covered_by(outcome, "sglang")
+    start_ledger.covered_by(outcome, "sglang", settings)
     return layout is not None
 
 

@@ -26,14 +26,15 @@ _hook: PostImportHook | None = None
 _lock = threading.Lock()
 
 
-def begin(engine: str, *, import_s: float = 0.0) -> None:
-    """Begin this process's ledger and watch Triton (idempotent)."""
+def begin(engine: str, settings: Settings, *, import_s: float = 0.0) -> None:
+    """Begin this process's ledger (kept under ``settings``' cache dir: the engine entry's) and watch Triton
+    (idempotent)."""
     global _hook
 
     def start() -> None:
         global _hook
 
-        ledger.begin(engine, import_s=import_s)
+        ledger.begin(engine, import_s=import_s, cache_dir=settings.cache_dir)
         with _lock:
             if _hook is None:
                 _hook = PostImportHook((TRITON_KNOBS, TRITON_AUTOTUNER), _on_triton)
@@ -59,11 +60,11 @@ def _on_triton(module: ModuleType) -> None:
     shielded("watching Triton for the start ledger", "Triton's kernels are not counted", watch, lambda: None)
 
 
-def covered_by(outcome: Any, engine: str) -> None:
-    """The warm start's ``outcome`` (``fleet.warm_start.Outcome``) decides which layers must hit."""
+def covered_by(outcome: Any, engine: str, settings: Settings) -> None:
+    """The warm start's ``outcome`` (``fleet.warm_start.Outcome``) decides which layers must hit, under the
+    engine entry's ``settings`` (``JITGUARD_WARM``, ``JITGUARD_WARM_NAME``)."""
 
     def tell() -> None:
-        settings = Settings.from_env()
         ledger.covered_by(
             outcome.action, settings.warm_name, settings.warm, outcome.layers, engine, settings.cache_dir
         )

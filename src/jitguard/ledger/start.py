@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jitguard.boundary import process_facts
-from jitguard.config import Settings, read
+from jitguard.config import default_cache_dir, read
 from jitguard.facts.jit_caches import LAYER_NAMES, layer
 from jitguard.ledger import history, record, tally, tools
 
@@ -34,6 +34,7 @@ class _Baseline:
     compilation_config: Any = None
     ready: bool = False
     written: list[Path] = field(default_factory=list)
+    cache_dir: Path | None = None  # where this start's ledger is kept: the engine entry's cache dir
 
 
 _baseline = _Baseline()
@@ -41,14 +42,17 @@ _lock = threading.Lock()
 _hooks_registered = False
 
 
-def begin(engine: str, *, import_s: float = 0.0) -> tally.Tally:
-    """This process's ledger (idempotent): made, counters read as they are now, jitguard's import counted. A
-    process forked from here carries the start on (``_continue_in_child``): vLLM forks its engine core by
-    default, and a forked child loads no plugin again."""
+def begin(engine: str, *, import_s: float = 0.0, cache_dir: Path | None = None) -> tally.Tally:
+    """This process's ledger (idempotent): made, counters read as they are now, jitguard's import counted;
+    written under ``cache_dir`` (default: ``JITGUARD_CACHE_DIR``'s). A process forked from here carries the
+    start on (``_continue_in_child``): vLLM forks its engine core by default, and a forked child loads no
+    plugin again."""
     global _hooks_registered
     with _lock:
         fresh = tally.current() is None
         current = tally.begin(engine)
+        if cache_dir is not None:
+            _baseline.cache_dir = cache_dir
         if fresh:
             _baseline.inductor = tools.inductor_readings()
             _baseline.vllm = tools.vllm_readings()
@@ -70,6 +74,7 @@ def _continue_in_child() -> None:
                 inductor=tools.inductor_readings(),
                 vllm=tools.vllm_readings(),
                 inductor_cache=_baseline.inductor_cache,
+                cache_dir=_baseline.cache_dir,
             )
     except Exception as exc:  # the ledger never costs the engine anything
         log.debug("jitguard: the forked process's start ledger was not begun: %s", exc)
@@ -137,10 +142,11 @@ def _facts_phase(current: tally.Tally) -> None:
 
 def _write(current: tally.Tally, cache_dir: Path | None) -> None:
     try:
-        settings = Settings.from_env()
         keep = read("JITGUARD_STARTS_KEEP") or history.DEFAULT_KEEP
         current.dirty = False
-        path = history.write(current.record, cache_dir or settings.cache_dir, keep=keep)
+        path = history.write(
+            current.record, cache_dir or _baseline.cache_dir or default_cache_dir(), keep=keep
+        )
     except Exception as exc:  # the ledger never costs the engine anything
         log.debug("jitguard: the start ledger was not written: %s", exc)
         return

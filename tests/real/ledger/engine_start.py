@@ -53,8 +53,9 @@ def main(workload: str) -> None:
 
         calls: list[bool] = []
         triton.knobs.compilation.listener = lambda **kwargs: calls.append(kwargs["cache_hit"])
-    start_ledger.begin("vllm")
-    start_ledger.covered_by(warm_start.restore_once(Settings.from_env(), engine="vllm"), "vllm")
+    settings = Settings.from_env()
+    start_ledger.begin("vllm", settings)
+    start_ledger.covered_by(warm_start.restore_once(settings, engine="vllm"), "vllm", settings)
     kind, _, arg = workload.partition(":")
     if kind == "inductor":
         inductor(int(arg or 2))

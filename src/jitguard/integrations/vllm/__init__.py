@@ -161,10 +161,10 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
             _install_build_hook()
             if settings.warm != "off":
                 compile_key.relocatable()
-            warm.save_when_ready()
+            warm.save_when_ready(settings)
             worker_ready.watch()
-    start_ledger.begin(ENGINE.lower(), import_s=_IMPORT_S)
-    start_ledger.covered_by(warm.restore_before_start(), ENGINE.lower())
+    start_ledger.begin(ENGINE.lower(), settings, import_s=_IMPORT_S)
+    start_ledger.covered_by(warm.restore_before_start(settings), ENGINE.lower(), settings)
     return True
 
 

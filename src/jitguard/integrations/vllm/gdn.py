@@ -75,15 +75,11 @@ def _guarded_resolver(module: ModuleType, original: Any, guard: ChoiceGuard) -> 
             requested, active = result
         except (TypeError, ValueError):
             return result  # not the (requested, active) pair this wrapper knows: leave it alone
-        warmup.requested(normalise_request(requested))
-        backend = shielded(
-            "vLLM's GDN prefill choice",
-            f"vLLM's choice ({active}) stands",
-            lambda: choose(guard, normalise_request(requested), str(active)),
-            lambda: str(active),
-        )
+        asked = normalise_request(requested)
+        warmup.requested(asked)
+        backend = choose(guard, asked, str(active))  # the guard's one shield: may_keep
         if backend == FLASHINFER:
-            _expect_gdn_variants(args[0] if args else kwargs.get("vllm_config"))
+            _expect_gdn_variants(args[0] if args else kwargs.get("vllm_config"), guard)
         return result if backend == active else (requested, backend)
 
     return resolve_gdn_prefill_backend
@@ -131,18 +127,14 @@ def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
             original(self, *args, **kwargs)
             if getattr(self, "_forward_method", None) != self.forward_cuda:
                 return  # vLLM chose Triton/FLA itself: nothing to check
-            warmup.requested(shielded("reading vLLM's GDN prefill option", "auto", requested_backend, _auto))
-            backend = shielded(
-                "vLLM's GDN prefill choice",
-                "vLLM's choice (flashinfer) stands",
-                lambda: choose(guard, requested_backend(), FLASHINFER),
-                lambda: FLASHINFER,
-            )
+            asked = shielded("reading vLLM's GDN prefill option", "auto", requested_backend, _auto)
+            warmup.requested(asked)
+            backend = choose(guard, asked, FLASHINFER)  # the guard's one shield: may_keep
             if backend != FLASHINFER:
                 self._forward_method = self.forward_native
             else:
                 get_config = getattr(module, "get_current_vllm_config", None)
-                _expect_gdn_variants(get_config() if callable(get_config) else None)
+                _expect_gdn_variants(get_config() if callable(get_config) else None, guard)
 
         return __init__
 
@@ -164,7 +156,7 @@ def _unpatch_op_init(module: ModuleType) -> None:
         patches.undo(cls, "__init__")
 
 
-def _expect_gdn_variants(vllm_config: Any) -> None:
+def _expect_gdn_variants(vllm_config: Any, guard: ChoiceGuard) -> None:
     """FlashInfer GDN prefill it is: tell jitguard's variant router the instances this model will call, from
     its config and dtype (vLLM always passes beta, alpha and an initial state), before the first call."""
 
@@ -178,7 +170,10 @@ def _expect_gdn_variants(vllm_config: Any) -> None:
 
             dtype = getattr(model_config, "dtype", None)
             expect_gdn_variants(
-                to_dict(), str(dtype) if dtype is not None else None, source="the model config"
+                to_dict(),
+                str(dtype) if dtype is not None else None,
+                guard.settings,
+                source="the model config",
             )
 
     shielded(

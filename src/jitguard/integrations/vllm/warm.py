@@ -32,24 +32,25 @@ CLASS = "EngineCore"
 METHOD = "_initialize_kv_caches"
 
 _hook: PostImportHook | None = None
+_settings: Settings | None = None
 _lock = threading.Lock()
 
 
-def restore_before_start() -> Any:
+def restore_before_start(settings: Settings) -> Any:
     """Restore the fleet's snapshot of this stack now (one process per host; the others wait or find it done);
     the outcome (``fleet.warm_start.Outcome``)."""
     # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
 
-    return warm_start.restore_once(
-        Settings.from_env(), engine="vllm"
-    )  # never raises; a no-op without a store
+    return warm_start.restore_once(settings, engine="vllm")  # never raises; a no-op without a store
 
 
-def save_when_ready() -> None:
-    """Watch for vLLM's engine core (now, or when it is imported) and save once it is ready."""
-    global _hook
+def save_when_ready(settings: Settings) -> None:
+    """Watch for vLLM's engine core (now, or when it is imported) and save once it is ready, under
+    ``settings`` (the plugin's entry's; a forked engine core keeps them)."""
+    global _hook, _settings
     with _lock:
+        _settings = settings
         if _hook is None:
             _hook = PostImportHook((MODULE,), _patch)
             _hook.install()
@@ -91,7 +92,8 @@ def _save() -> None:
     # lazy: the fleet (~15 modules) loads when used, not with the plugin's import
     from jitguard.fleet import warm_start
 
-    warm_start.save_when_ready(Settings.from_env(), engine="vllm")
+    if _settings is not None:
+        warm_start.save_when_ready(_settings, engine="vllm")
 
 
 def undo() -> None:
