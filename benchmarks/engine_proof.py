@@ -41,7 +41,7 @@ def one(row: str) -> dict[str, Any]:
     import jitguard
     from jitguard.boundary.process_facts import ProcessFacts
     from jitguard.config import Settings
-    from jitguard.decision.sglang import PHASE_CHOICES
+    from jitguard.decision.sglang_phases import PHASE_CHOICES
     from jitguard.integrations.choices import ChoiceGuard
     from jitguard.integrations.proof import PrefillShapes, Trial, prove, tiny_prefill_inputs
     from jitguard.state.failure_cache import FailureCache

@@ -247,7 +247,7 @@ print(json.dumps({"rank": int(sys.argv[1]), "status": built.status, "waited_s": 
 def run_ranks(build_dir: Path, manifest: Path, ranks: int, time_box: float, cache: Path) -> dict[str, Any]:
     try:
         import jitguard.flashinfer_jit.flashinfer_build
-        import jitguard.integrations.flashinfer  # noqa: F401
+        import jitguard.integrations.flashinfer_hook  # noqa: F401
     except ImportError as exc:
         return {"status": f"skipped: jitguard's FlashInfer hook is not available ({exc})"}
     if manifest.name != "build.ninja":

@@ -31,7 +31,7 @@ from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import Trust, generate
 from jitguard.fleet.snapshot import stack_key
-from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
+from jitguard.fleet.warm_transfer import fetch_manifest, manifest_name, restore, save
 
 MIB = 1024**2
 

@@ -37,21 +37,21 @@ from pathlib import Path
 from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import StackKey
-from jitguard.fleet import warm
+from jitguard.fleet import warm_transfer
 action, root, store_url = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 stack = StackKey({"python": "bench"}, "sm_90")
 store = ArtifactStore(store_url, timeout=600)
 layers = (CacheLayer("triton", root, None),)
 started = time.monotonic()
 if action == "save":
-    saved = warm.save(store, stack, "bench", layers)
+    saved = warm_transfer.save(store, stack, "bench", layers)
     count = len(saved.snapshot.files)
 elif action == "restore":
-    snapshot = warm.fetch_manifest(store, stack, "bench")[0]
-    restored = warm.restore(store, snapshot, layers)
+    snapshot = warm_transfer.fetch_manifest(store, stack, "bench")[0]
+    restored = warm_transfer.restore(store, snapshot, layers)
     count = restored.landed
 else:
-    snapshot = warm.fetch_manifest(store, stack, "bench")[0]
+    snapshot = warm_transfer.fetch_manifest(store, stack, "bench")[0]
     count = len(snapshot.files)
 import resource
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -133,7 +133,7 @@ def manifest_memory(src: Path, work: Path) -> dict[str, float]:
     """Parse a manifest just under the cap (MAX_MANIFEST_BYTES): its size and the parsing process's peak."""
     sys.path.insert(0, str(src))
     from jitguard.fleet.snapshot import MAX_FILES, MAX_MANIFEST_BYTES, SCHEMA, StackKey
-    from jitguard.fleet.warm import manifest_name
+    from jitguard.fleet.warm_transfer import manifest_name
 
     stack = StackKey({"python": "bench"}, "sm_90")
     files = []

@@ -21,7 +21,7 @@ def install() -> bool:
     Returns True when the hook is active after the call.
     """
     # lazy: every `import jitguard.<module>` runs this file first: it stays at the version
-    from jitguard.integrations.flashinfer import install as _install
+    from jitguard.integrations.flashinfer_hook import install as _install
 
     return _install()
 

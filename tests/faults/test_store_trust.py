@@ -33,7 +33,7 @@ from jitguard import fileio
 from jitguard.facts.jit_caches import CacheLayer
 from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import MAX_MANIFEST_BYTES, StackKey
-from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
+from jitguard.fleet.warm_transfer import fetch_manifest, manifest_name, restore, save
 
 pytest.importorskip(
     "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"
@@ -287,7 +287,7 @@ def test_a_manifest_over_the_documented_size_is_refused_before_it_is_parsed(tmp_
     document.parent.mkdir(parents=True)
     with open(document, "wb") as out:
         out.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: the size alone refuses it
-    from jitguard.fleet.warm import WarmUnavailable
+    from jitguard.fleet.warm_transfer import WarmUnavailable
 
     with pytest.raises(WarmUnavailable, match=f"more than it can be \\({MAX_MANIFEST_BYTES}\\)"):
         fetch_manifest(store, STACK, "default")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_resolution import CallSpec
 from jitguard.gdn.reference import recurrent_gated_delta_rule
 from jitguard.gdn.shapes import GdnInputs, make_inputs
 

@@ -66,7 +66,7 @@ def eager_install() -> dict[str, Any]:
     from flashinfer.jit import core
 
     import jitguard
-    from jitguard.integrations import flashinfer as flashinfer_hook
+    from jitguard.integrations import flashinfer_hook
 
     original = core.JitSpec.build_and_load
     out: dict[str, Any] = {"install": jitguard.install(), "patched": _patched()}
@@ -80,7 +80,7 @@ def eager_install() -> dict[str, Any]:
 def disabled() -> dict[str, Any]:
     """JITGUARD_DISABLE=1: install() is a no-op; flashinfer stays stock."""
     import jitguard
-    from jitguard.integrations import flashinfer as flashinfer_hook
+    from jitguard.integrations import flashinfer_hook
 
     out: dict[str, Any] = {"install": jitguard.install()}
     out["finder_installed"] = any(type(f).__name__ == "_CoreImportHook" for f in sys.meta_path)

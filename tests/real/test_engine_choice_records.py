@@ -23,7 +23,7 @@ pytestmark = NEEDS_FLASHINFER_066
 JUDGE = textwrap.dedent(
     """
     import json
-    from jitguard.decision.engine import ATTENTION, SAMPLER
+    from jitguard.decision.engine_verdicts import ATTENTION, SAMPLER
     from jitguard.config import Settings
     from jitguard.facts import collect
     from jitguard.status.engine_choices import status_of

@@ -14,7 +14,7 @@ import pytest
 
 from dsl_copies import copy_dsl, dsl_file
 from jitguard.boundary.process_facts import ProcessFacts
-from jitguard.decision.engine import GDN_PREFILL
+from jitguard.decision.engine_verdicts import GDN_PREFILL
 from jitguard.facts.installed_files import installed_files
 from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.proof import Trial, prove

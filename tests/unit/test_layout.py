@@ -388,7 +388,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("__init__.py", "jitguard"): "the root stays at the version: `jitguard.JitguardError` loads errors",
     (
         "__init__.py",
-        "jitguard.integrations.flashinfer",
+        "jitguard.integrations.flashinfer_hook",
     ): "the root stays at the version: `install()` loads the hook",
     (
         "facts/__init__.py",
@@ -416,20 +416,23 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "integrations/vllm/coverage.py",
         "jitguard.integrations.vllm",
     ): "a cycle: SITES is defined in the package face",
-    ("integrations/vllm/warmup.py", "jitguard.integrations.vllm.gdn"): "a cycle: vllm.gdn imports the warmup",
+    (
+        "integrations/vllm/warmup.py",
+        "jitguard.integrations.vllm.gdn_prefill",
+    ): "a cycle: vllm.gdn imports the warmup",
     # The engine plugins' import stays light and their shields hold: a stage loads where it is used, under the
     # shield that runs it (FlashInfer builds, a store restores, the op is asked, a CuTeDSL-era module appears),
     # not with the hook or the plugin.
     (
-        "integrations/flashinfer.py",
+        "integrations/flashinfer_hook.py",
         "jitguard.flashinfer_jit.flashinfer_build",
     ): "the build stage, when FlashInfer builds",
     (
-        "integrations/flashinfer.py",
+        "integrations/flashinfer_hook.py",
         "jitguard.gdn_variants.module_router",
     ): "with FlashInfer's GDN prefill module",
     (
-        "integrations/flashinfer.py",
+        "integrations/flashinfer_hook.py",
         "jitguard.cutedsl",
     ): "the kernel cache, with FlashInfer's CuTeDSL module",
     (
@@ -442,22 +445,25 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ): "the kernel cache, where FlashInfer uses CuTeDSL",
     (
         "integrations/choices.py",
-        "jitguard.integrations.triton_jit",
+        "jitguard.integrations.triton_blocked",
     ): "under the guard's shield, where it runs",
     (
-        "integrations/flashinfer.py",
+        "integrations/flashinfer_hook.py",
         "jitguard.gdn_variants.variant_plan",
     ): "the variant plan, with a model config",
     (
-        "integrations/vllm/gdn.py",
-        "jitguard.integrations.flashinfer",
+        "integrations/vllm/gdn_prefill.py",
+        "jitguard.integrations.flashinfer_hook",
     ): "under the shield that plans the variants",
     (
         "integrations/vllm/__init__.py",
-        "jitguard.integrations.flashinfer",
+        "jitguard.integrations.flashinfer_hook",
     ): "the hook, inside register()'s shield",
-    ("integrations/sglang.py", "jitguard.integrations.flashinfer"): "the hook, inside register()'s shield",
-    ("integrations/vllm/warm.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
+    (
+        "integrations/sglang.py",
+        "jitguard.integrations.flashinfer_hook",
+    ): "the hook, inside register()'s shield",
+    ("integrations/vllm/warm_hooks.py", "jitguard.fleet"): "the fleet, when a restore or a save runs",
     ("integrations/sglang.py", "jitguard.fleet"): "the fleet, when a restore runs",
 }
 # `jitguard --help` imports every command module (cli/__init__.py, and cli/build.py its targets' modules): a
@@ -523,7 +529,7 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.findings.model",
             "jitguard.flashinfer_jit.probe_module",
             "jitguard.fleet.signing",
-            "jitguard.fleet.store",
+            "jitguard.fleet.store_transport",
             "jitguard.gdn.dispatch",
             "jitguard.integrations.vllm.preview",
             "jitguard.supervise.build_options",
@@ -549,8 +555,8 @@ COMMAND_STAGES: dict[str, frozenset[str]] = {
             "jitguard.fleet.artifact_store",
             "jitguard.fleet.signing",
             "jitguard.fleet.snapshot",
-            "jitguard.fleet.store",
-            "jitguard.fleet.warm",
+            "jitguard.fleet.store_transport",
+            "jitguard.fleet.warm_transfer",
         }
     ),
 }

@@ -140,7 +140,7 @@ def _store_trust(settings: Settings) -> dict[str, Any]:
     from jitguard.facts.jit_caches import layers, untrusted
     from jitguard.findings.checks_store import store_trust, warm_caches
     from jitguard.fleet.signing import SigningError, load_signer, parse_trusted_keys
-    from jitguard.fleet.store import describe_url
+    from jitguard.fleet.store_transport import describe_url
 
     store = describe_url(settings.share_url) if settings.share_url else None
     trusted: tuple[str, ...] = ()

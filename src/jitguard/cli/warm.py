@@ -76,7 +76,7 @@ def execute(args: argparse.Namespace) -> int:
     from jitguard.fleet import warm_start
     from jitguard.fleet.signing import Trust
     from jitguard.fleet.snapshot import arch_of
-    from jitguard.fleet.store import describe_url
+    from jitguard.fleet.store_transport import describe_url
 
     settings = Settings.from_env()
     trust = Trust.from_settings(settings)  # trusted keys that cannot be used: exit 2, never "trust all"
@@ -137,7 +137,7 @@ def _show(args: argparse.Namespace, settings: Any, arch: str, payload: dict[str,
     from jitguard.fleet.artifact_store import ArtifactStore
     from jitguard.fleet.signing import SignatureRefused
     from jitguard.fleet.snapshot import SnapshotRejected, stack_key
-    from jitguard.fleet.warm import WarmUnavailable, fetch_manifest
+    from jitguard.fleet.warm_transfer import WarmUnavailable, fetch_manifest
 
     stack = stack_key(arch)
     payload["stack"] = dict(stack.material)

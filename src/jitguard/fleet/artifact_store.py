@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from jitguard import fileio
 from jitguard.fleet.signing import Trust
-from jitguard.fleet.store import (
+from jitguard.fleet.store_transport import (
     ArtifactRejected,
     StoreUnavailable,
     StoreView,

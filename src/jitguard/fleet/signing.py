@@ -25,7 +25,7 @@ from typing import Any
 from jitguard import fileio
 from jitguard.config import Settings
 from jitguard.errors import UsageError
-from jitguard.fleet.store import ArtifactRejected
+from jitguard.fleet.store_transport import ArtifactRejected
 
 SCHEMA = "jitguard.signed/1"
 KEY_TYPE = "jitguard-ed25519"

@@ -32,8 +32,8 @@ from jitguard.facts.jit_caches import LAYER_NAMES, CacheLayer, layers
 from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.signing import Seal, SignatureRefused, SigningError, Trust
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey, arch_of, layer_root, listing, stack_key
-from jitguard.fleet.store import describe_url
-from jitguard.fleet.warm import (
+from jitguard.fleet.store_transport import describe_url
+from jitguard.fleet.warm_transfer import (
     NothingToSave,
     Restored,
     Saved,

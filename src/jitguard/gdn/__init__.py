@@ -2,7 +2,7 @@
 automatic fallback or strict mode, and an explainable decision. See docs/gdn.md.
 
 ``import jitguard.gdn`` imports neither torch nor any backend library; they load on first use.
-The decision is ``jitguard.decision.gdn`` (pure); the dispatcher that acts on it is ``jitguard.gdn.dispatch``
+The decision is ``jitguard.decision.gdn_resolution`` (pure); the dispatcher that acts on it is ``jitguard.gdn.dispatch``
 (``resolve(...)``, ``backend_status(...)``, ``explain()``).
 """
 
@@ -22,16 +22,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from jitguard.decision.gdn import BackendStatus, CallSpec, Decision
+    from jitguard.decision.gdn_resolution import BackendStatus, CallSpec, Decision
     from jitguard.gdn.api import chunk_gated_delta_rule
     from jitguard.gdn.dispatch import backend_status, explain, reset
     from jitguard.gdn.validate import GdnInputError
 
 _HOMES = {
     "chunk_gated_delta_rule": "jitguard.gdn.api",
-    "CallSpec": "jitguard.decision.gdn",
-    "BackendStatus": "jitguard.decision.gdn",
-    "Decision": "jitguard.decision.gdn",
+    "CallSpec": "jitguard.decision.gdn_resolution",
+    "BackendStatus": "jitguard.decision.gdn_resolution",
+    "Decision": "jitguard.decision.gdn_resolution",
     "backend_status": "jitguard.gdn.dispatch",
     "explain": "jitguard.gdn.dispatch",
     "reset": "jitguard.gdn.dispatch",

@@ -9,7 +9,7 @@ independent recurrences ("state heads", FlashInfer's ``num_sab_heads``). State h
 - ``gqa``: Hk == Hv, Hq = r * Hk.
 
 This module is pure Python (no torch). ``CallSpec`` and ``head_layout``, which decisions need, live in
-``jitguard.decision.gdn``.
+``jitguard.decision.gdn_resolution``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dispatcher beside the op: asks ``jitguard.decision.gdn`` which backend runs a kind of call, runs it,
+"""The dispatcher beside the op: asks ``jitguard.decision.gdn_resolution`` which backend runs a kind of call, runs it,
 and handles a failure on first use (classified, recorded, logged once, fall through).
 
 Cost: facts are collected once per process and only when a call could use a GPU backend; a decision is made
@@ -15,8 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jitguard.config import Settings
-from jitguard.decision import gdn as decision
-from jitguard.decision.gdn import OP, QWEN35_SPEC, Assessment, BackendStatus, CallSpec, Decision, TraceEntry
+from jitguard.decision import gdn_resolution as decision
+from jitguard.decision.gdn_resolution import (
+    OP,
+    QWEN35_SPEC,
+    Assessment,
+    BackendStatus,
+    CallSpec,
+    Decision,
+    TraceEntry,
+)
 from jitguard.errors import BackendUnavailable, JitguardError, UsageError
 from jitguard.findings.catalog import make
 from jitguard.findings.classify import classify_exception

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.gdn import head_layout
+from jitguard.decision.gdn_resolution import head_layout
 from jitguard.errors import UsageError
 
 if TYPE_CHECKING:

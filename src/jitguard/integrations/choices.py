@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jitguard.boundary.failsafe import AlreadyReported, report_fault
 from jitguard.boundary.process_facts import ProcessFacts, process_facts
 from jitguard.config import Settings
-from jitguard.decision.engine import (
+from jitguard.decision.engine_verdicts import (
     Choice,
     ChoiceStatus,
     ChoiceUnavailable,
@@ -29,7 +29,7 @@ from jitguard.decision.engine import (
     primary_of,
     verdict,
 )
-from jitguard.decision.gdn import UNVERIFIED, BackendStatus
+from jitguard.decision.gdn_resolution import UNVERIFIED, BackendStatus
 from jitguard.findings.model import Finding
 from jitguard.ledger import tally
 from jitguard.status.engine_choices import gdn_status, status_of
@@ -278,7 +278,7 @@ class ChoiceGuard:
             return
         self._announced.add("triton")
         # lazy: under the guard's shield where it runs, not with the plugins' import
-        from jitguard.integrations.triton_jit import warn_if_blocked
+        from jitguard.integrations.triton_blocked import warn_if_blocked
 
         try:
             facts = self.facts.get()

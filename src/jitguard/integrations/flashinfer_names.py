@@ -39,7 +39,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "JitSpec.build_and_load, JitSpec.build",
         ">=0.6.2",
         "patched",
-        "jitguard.integrations.flashinfer",
+        "jitguard.integrations.flashinfer_hook",
         "every nvcc module build goes through the supervised, shared build",
     ),
     FlashInferName(
@@ -47,7 +47,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "JitSpecNvcc",
         ">=0.6.18",
         "read",
-        "jitguard.integrations.flashinfer",
+        "jitguard.integrations.flashinfer_hook",
         "tells FlashInfer's nvcc modules from its CuTeDSL kernels (those stay FlashInfer's)",
     ),
     FlashInferName(
@@ -55,7 +55,7 @@ NAMES: tuple[FlashInferName, ...] = (
         "run_ninja",
         ">=0.6.2",
         "patched",
-        "jitguard.integrations.flashinfer",
+        "jitguard.integrations.flashinfer_hook",
         "every ninja build is memory-bounded and watched",
     ),
     FlashInferName(

@@ -26,7 +26,7 @@ from jitguard.state.module_names import GDN_OP_FLASHINFER
 from jitguard.state.proof_passes import ProofPasses
 
 if TYPE_CHECKING:
-    from jitguard.decision.engine import Choice
+    from jitguard.decision.engine_verdicts import Choice
     from jitguard.findings.model import Finding
     from jitguard.integrations.choices import ChoiceGuard
 

@@ -27,7 +27,7 @@ from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
 from jitguard.boundary.process_facts import collect_here
 from jitguard.config import Settings
-from jitguard.decision.sglang import (
+from jitguard.decision.sglang_phases import (
     BASE,
     FLASHINFER,
     OPTIONS,
@@ -264,7 +264,7 @@ def _register(facts: Facts | None) -> bool:
         _watch_backend()
         # FlashInfer's nvcc JIT builds in this process go through the supervised, shared build.
         # lazy: inside register()'s shield: a hook that cannot be imported leaves the plugin without it
-        from jitguard.integrations.flashinfer import install
+        from jitguard.integrations.flashinfer_hook import install
 
         log.debug("jitguard: FlashInfer JIT build hook %s", "active" if install() else "not active")
     # lazy: the fleet (~15 modules) loads when used, not with the plugin's import

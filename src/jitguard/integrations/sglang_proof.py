@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.decision.sglang import (
+from jitguard.decision.sglang_phases import (
     FLASHINFER,
     PHASE_CHOICES,
     TRITON,

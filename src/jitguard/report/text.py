@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jitguard.decision.gdn import Decision
+from jitguard.decision.gdn_resolution import Decision
 from jitguard.findings.model import sort_findings
 
 

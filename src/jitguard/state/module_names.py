@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jitguard.decision.engine import GDN_PREFILL
+from jitguard.decision.engine_verdicts import GDN_PREFILL
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The statuses of an engine's FlashInfer choices (``jitguard.decision.engine`` is the pure half): this
+"""The statuses of an engine's FlashInfer choices (``jitguard.decision.engine_verdicts`` is the pure half): this
 process's facts, the failure cache and the prebuilt modules, turned into a status per choice. FlashInfer GDN
 prefill's starts from the same pre-flight and failure record as the GDN op's FlashInfer backend
 (``status.gdn_backends``), read here directly, never through the op's dispatcher."""
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jitguard.decision.engine import (
+from jitguard.decision.engine_verdicts import (
     BUILD_DOOM,
     CACHED_FAILURE,
     GDN_PREFILL,
@@ -19,7 +19,7 @@ from jitguard.decision.engine import (
     assess,
     prefill_in_process,
 )
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.facts.flashinfer_modules import cubin_kernels, prebuilt
 from jitguard.findings.catalog import make
 from jitguard.findings.checks import jit_preflight

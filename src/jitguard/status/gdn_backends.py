@@ -1,5 +1,5 @@
 """What this process's environment says about each GDN backend: pre-flight findings on its facts plus the
-failure cache. The I/O half of the GDN decision (``jitguard.decision.gdn`` is the pure half), asked by the op's
+failure cache. The I/O half of the GDN decision (``jitguard.decision.gdn_resolution`` is the pure half), asked by the op's
 dispatcher and, for FlashInfer's, by the engine guard (``status.engine_choices``).
 
 Facts are collected at most once (and only when a status is asked for); statuses are cached per backend
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from jitguard.config import Settings
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.facts import collect
 from jitguard.findings.cached_failures import cached_failure
 from jitguard.findings.catalog import make

@@ -16,7 +16,7 @@ import pytest
 from test_build_flashinfer_cli import _env, _jitguard
 
 from envelope_schemas import assert_rejected, assert_valid
-from jitguard.decision.engine import CHOICES
+from jitguard.decision.engine_verdicts import CHOICES
 from release_preparation import PREPARE_ONE_TIMEOUT, vllm_source
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc builds the prebuilt module stand-in")

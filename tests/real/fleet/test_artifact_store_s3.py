@@ -10,7 +10,7 @@ import pytest
 
 import services
 from jitguard.fleet.artifact_store import ArtifactKey, ArtifactStore
-from jitguard.fleet.store import ArtifactRejected, StoreUnavailable
+from jitguard.fleet.store_transport import ArtifactRejected, StoreUnavailable
 
 pytest.importorskip("s3fs", reason="the s3:// store needs s3fs (pip install 'jitguard[s3]')")
 

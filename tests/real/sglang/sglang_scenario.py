@@ -174,7 +174,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("build_hook"):
         import flashinfer.jit.core  # noqa: F401  (what the first FlashInfer JIT build in the engine imports)
 
-        from jitguard.integrations import flashinfer as flashinfer_hook
+        from jitguard.integrations import flashinfer_hook
 
         result["build_hook_active"] = flashinfer_hook.is_active()
     return result

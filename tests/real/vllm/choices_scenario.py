@@ -252,7 +252,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         "gates": hasattr(sys.modules["vllm.utils.flashinfer"].has_flashinfer, "__jitguard_original__"),
     }
     if result["registered"]:
-        from jitguard.decision.engine import CHOICES
+        from jitguard.decision.engine_verdicts import CHOICES
 
         statuses = {}
         for choice in CHOICES:  # GDN prefill's too: the era contrast (the others are nvcc JIT in every era)

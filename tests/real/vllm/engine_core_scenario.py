@@ -26,7 +26,7 @@ def engine_core(queue: Queue[dict[str, Any]]) -> None:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    from jitguard.decision.engine import GDN_PREFILL
+    from jitguard.decision.engine_verdicts import GDN_PREFILL
     from jitguard.integrations import vllm as plugin
     from jitguard.status.engine_choices import recorded_failures
 

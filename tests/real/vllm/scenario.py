@@ -229,11 +229,11 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("build_hook"):
         import flashinfer.jit.core  # what the first FlashInfer JIT build in the engine imports
 
-        from jitguard.integrations import flashinfer as flashinfer_hook
+        from jitguard.integrations import flashinfer_hook
 
         result["build_hook_active"] = flashinfer_hook.is_active()
     if result["status_calls"] and not (spec.get("inject") and spec["inject"][1] == "hang"):
-        from jitguard.decision.engine import GDN_PREFILL
+        from jitguard.decision.engine_verdicts import GDN_PREFILL
 
         status = plugin.guard().gdn()
         result["proven"] = plugin.guard().is_proven(GDN_PREFILL)

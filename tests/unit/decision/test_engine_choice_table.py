@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jitguard.decision.engine import (
+from jitguard.decision.engine_verdicts import (
     ATTENTION,
     BY_KEY,
     CHOICES,

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jitguard.decision.engine import ChoiceStatus, assess, prefill_in_process
-from jitguard.decision.sglang import PHASE_CHOICES, STASH, UNKNOWN, named_by, request_of
+from jitguard.decision.engine_verdicts import ChoiceStatus, assess, prefill_in_process
+from jitguard.decision.sglang_phases import PHASE_CHOICES, STASH, UNKNOWN, named_by, request_of
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 

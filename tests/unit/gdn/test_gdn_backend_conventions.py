@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_resolution import CallSpec
 from jitguard.findings.classify import classify_exception
 from jitguard.gdn.backends import flashinfer, triton
 from jitguard.gdn.call import GdnCall

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_resolution import CallSpec
 from jitguard.errors import BackendUnavailable, ConfigError
 from jitguard.findings.model import Finding
 from jitguard.gdn import chunk_gated_delta_rule, explain

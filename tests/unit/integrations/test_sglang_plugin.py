@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jitguard.decision.engine import ChoiceUnavailable
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.engine_verdicts import ChoiceUnavailable
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
 from jitguard.integrations import sglang as plugin

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.engine import Choice, ChoiceStatus, ChoiceUnavailable, assess
+from jitguard.decision.engine_verdicts import Choice, ChoiceStatus, ChoiceUnavailable, assess
 from jitguard.findings.catalog import make
 from jitguard.integrations import vllm as plugin
 from stand_in_vllm import write_vllm

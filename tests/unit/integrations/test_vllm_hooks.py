@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.engine import ChoiceUnavailable
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.engine_verdicts import ChoiceUnavailable
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.integrations import vllm as plugin
 from stand_in_vllm import write_vllm
 

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import pytest
 
-from jitguard.decision.engine import ChoiceUnavailable
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.engine_verdicts import ChoiceUnavailable
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.errors import BackendUnavailable
 from jitguard.findings.catalog import make
 from jitguard.integrations.choices import ChoiceGuard
 from jitguard.integrations.vllm import normalise_request
-from jitguard.integrations.vllm.gdn import choose
+from jitguard.integrations.vllm.gdn_prefill import choose
 
 USABLE = BackendStatus("flashinfer", True, (make("gdn-prebuilt-available", backend="flashinfer"),))
 NO_LIBCUDA = BackendStatus(

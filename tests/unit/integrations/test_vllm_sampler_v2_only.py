@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from jitguard.decision.engine import KERNELS, SAMPLER, Choice, ChoiceStatus, ChoiceUnavailable, assess
+from jitguard.decision.engine_verdicts import (
+    KERNELS,
+    SAMPLER,
+    Choice,
+    ChoiceStatus,
+    ChoiceUnavailable,
+    assess,
+)
 from jitguard.findings.catalog import make
 from jitguard.integrations import vllm as plugin
 from jitguard.integrations.vllm.sampler import draw

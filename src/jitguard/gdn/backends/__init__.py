@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from jitguard.decision.gdn import CallSpec
+    from jitguard.decision.gdn_resolution import CallSpec
     from jitguard.findings.model import Finding
     from jitguard.gdn.call import GdnCall
 

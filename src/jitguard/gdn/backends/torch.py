@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_resolution import CallSpec
 from jitguard.findings.model import Finding
 from jitguard.gdn.call import GdnCall
 from jitguard.gdn.convention import DEFAULT_CHUNK

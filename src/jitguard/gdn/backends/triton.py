@@ -17,7 +17,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.gdn import CallSpec
+from jitguard.decision.gdn_resolution import CallSpec
 from jitguard.findings.catalog import make
 from jitguard.findings.model import Finding
 from jitguard.gdn.call import GdnCall

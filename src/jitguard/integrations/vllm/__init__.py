@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from jitguard.boundary import process_facts
 from jitguard.boundary.failsafe import shielded
 from jitguard.config import Settings
-from jitguard.decision.engine import normalise_request
+from jitguard.decision.engine_verdicts import normalise_request
 from jitguard.errors import UsageError
 from jitguard.integrations import IMPORT_STARTED, start_ledger
 from jitguard.integrations.choices import ChoiceGuard
@@ -31,18 +31,18 @@ from jitguard.integrations.vllm import (
     attention,
     compile_key,
     coverage,
-    gdn,
+    gdn_prefill,
     predicates,
     sampler,
-    warm,
+    warm_hooks,
     worker_ready,
 )
-from jitguard.integrations.vllm.gdn import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
+from jitguard.integrations.vllm.gdn_prefill import LAYER_INIT_SITE, LAYOUTS, MODEL_FILE, RESOLVER_SITE, Layout
 from jitguard.integrations.vllm.sites import Site, route_logs
 from jitguard.status.engine_choices import gdn_status
 
 if TYPE_CHECKING:
-    from jitguard.decision.gdn import BackendStatus
+    from jitguard.decision.gdn_resolution import BackendStatus
     from jitguard.facts import Facts
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
 
 log = logging.getLogger("jitguard.vllm")
 ENGINE = "vLLM"
-SITES: tuple[Site, ...] = (*gdn.SITES, *sampler.SITES, *attention.SITES, *predicates.SITES)
+SITES: tuple[Site, ...] = (*gdn_prefill.SITES, *sampler.SITES, *attention.SITES, *predicates.SITES)
 _BY_MODULE: dict[str, tuple[Site, ...]] = {}
 for _site in SITES:
     _BY_MODULE[_site.module] = (*_BY_MODULE.get(_site.module, ()), _site)
@@ -161,16 +161,16 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
             _install_build_hook()
             if settings.warm != "off":
                 compile_key.relocatable()
-            warm.save_when_ready(settings)
+            warm_hooks.save_when_ready(settings)
             worker_ready.watch()
     start_ledger.begin(ENGINE.lower(), settings, import_s=_IMPORT_S)
-    start_ledger.covered_by(warm.restore_before_start(settings), ENGINE.lower(), settings)
+    start_ledger.covered_by(warm_hooks.restore_before_start(settings), ENGINE.lower(), settings)
     return True
 
 
 def unregister() -> None:
     """Undo ``register()`` in this process: vLLM's functions back, the import hook gone (tests; a process that
-    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer``)."""
+    wants stock behaviour again). The FlashInfer build hook stays (``jitguard.integrations.flashinfer_hook``)."""
     global _hook
     with _lock:
         if _hook is not None:
@@ -182,7 +182,7 @@ def unregister() -> None:
                 site.undo(module)
         process_facts.replace()
         _guard.set_facts()
-        warm.undo()
+        warm_hooks.undo()
         compile_key.undo()
         worker_ready.undo()
         start_ledger.undo()
@@ -202,7 +202,7 @@ def guard() -> ChoiceGuard:
 def _install_build_hook() -> None:
     try:
         # lazy: inside the shield: a hook that cannot be imported leaves the plugin without it
-        from jitguard.integrations.flashinfer import install
+        from jitguard.integrations.flashinfer_hook import install
 
         active = install()
     except Exception:

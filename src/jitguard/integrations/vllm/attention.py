@@ -17,7 +17,7 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.engine import ATTENTION, KV_CACHE, Choice
+from jitguard.decision.engine_verdicts import ATTENTION, KV_CACHE, Choice
 from jitguard.integrations.vllm.sites import Site, config_value, enum_name, may_keep, method_patch
 
 if TYPE_CHECKING:

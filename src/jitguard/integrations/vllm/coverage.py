@@ -22,8 +22,8 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from jitguard.decision.engine import CHOICES
 from jitguard.decision.engine_release import Coverage, SiteCheck, choice_coverage, release_warning
+from jitguard.decision.engine_verdicts import CHOICES
 from jitguard.facts.source_names import find_name
 
 log = logging.getLogger("jitguard.vllm")

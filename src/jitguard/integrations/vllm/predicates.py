@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.engine import KERNELS, MOE, Choice
+from jitguard.decision.engine_verdicts import KERNELS, MOE, Choice
 from jitguard.integrations.vllm.sites import Site, config_value, decided_by_another, function_patch, may_keep
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.engine import CHOICES, ChoiceStatus, verdict
 from jitguard.decision.engine_release import Coverage, covers
+from jitguard.decision.engine_verdicts import CHOICES, ChoiceStatus, verdict
 from jitguard.integrations.vllm import SITES, attention, coverage, predicates, sampler
 from jitguard.integrations.vllm.sites import Site
 from jitguard.status.engine_choices import status_of

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from jitguard.decision.engine import SAMPLER
+from jitguard.decision.engine_verdicts import SAMPLER
 from jitguard.errors import BuildFailed
 from jitguard.integrations.vllm.sites import Site, deciding, env_flag, function_patch, may_keep, method_patch
 

@@ -1,6 +1,6 @@
 """Where vLLM chooses a FlashInfer JIT path, by name: one ``Site`` per function or method jitguard wraps.
 
-A site says which choice it is (``jitguard.decision.engine``), the module and function found by name in
+A site says which choice it is (``jitguard.decision.engine_verdicts``), the module and function found by name in
 vLLM's code, the releases that have it, how a user names FlashInfer there, and vLLM's own answer without it.
 ``apply`` patches the module once it is imported (idempotent, through ``boundary.patches``), ``undo``
 restores it. Each site module (``gdn``, ``sampler``, ``attention``, ``predicates``) lists its own;
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.decision.engine import Choice
+from jitguard.decision.engine_verdicts import Choice
 
 if TYPE_CHECKING:
     from jitguard.integrations.choices import ChoiceGuard

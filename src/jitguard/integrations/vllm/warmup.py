@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.decision.engine import GDN_PREFILL
+from jitguard.decision.engine_verdicts import GDN_PREFILL
 from jitguard.integrations.proof import WARMUP_FAILED, Trial, settle
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def requested(value: str) -> None:
 
 def watch(module: ModuleType, guard: ChoiceGuard) -> bool:
     """Wrap the warmup method of every class in ``module`` that defines one (vLLM 0.21+); False where none
-    does (older releases: no warmup to watch, jitguard's own proof call instead: ``vllm/proof.py``)."""
+    does (older releases: no warmup to watch, jitguard's own proof call instead: ``vllm/proof_call.py``)."""
     found = False
     for value in list(module.__dict__.values()):
         if isinstance(value, type) and METHOD in value.__dict__ and value.__module__ == module.__name__:
@@ -143,7 +143,7 @@ def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
 def trial() -> Trial:
     """vLLM's GDN prefill as this process asked for it (the resolver site tells ``requested``)."""
     # lazy: a cycle (vllm.gdn imports this module at its top)
-    from jitguard.integrations.vllm.gdn import FLAG, FLASHINFER, INSTEAD
+    from jitguard.integrations.vllm.gdn_prefill import FLAG, FLASHINFER, INSTEAD
 
     named = f"{FLAG} {FLASHINFER}" if _state["requested"] == FLASHINFER else None
     return Trial(GDN_PREFILL, WHERE, named, INSTEAD, MOVED)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jitguard.decision.engine import KERNEL_WIDE, Choice
+from jitguard.decision.engine_verdicts import KERNEL_WIDE, Choice
 
 FLASHINFER = "flashinfer"
 TRITON = "triton"

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from jitguard.boundary.process_facts import ProcessFacts
-from jitguard.decision.gdn import BackendStatus
+from jitguard.decision.gdn_resolution import BackendStatus
 from jitguard.facts import triton_jit
 from jitguard.findings.catalog import make
 from jitguard.integrations import sglang as plugin
 from jitguard.integrations.choices import ChoiceGuard
-from jitguard.integrations.triton_jit import blocked_message, blocks
-from jitguard.integrations.vllm.gdn import choose
+from jitguard.integrations.triton_blocked import blocked_message, blocks
+from jitguard.integrations.vllm.gdn_prefill import choose
 
 NO_LIBCUDA = make("link-missing-libcuda", backend="flashinfer", evidence=["cannot find -lcuda"])
 SGLANG_AUTO = {

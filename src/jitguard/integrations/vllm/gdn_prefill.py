@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.decision.engine import GDN_PREFILL, normalise_request
-from jitguard.integrations.vllm import proof, warmup
+from jitguard.decision.engine_verdicts import GDN_PREFILL, normalise_request
+from jitguard.integrations.vllm import proof_call, warmup
 from jitguard.integrations.vllm.sites import Site, function_patch, layout_moved, may_keep
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _patch_op_init(module: ModuleType, guard: ChoiceGuard) -> bool:
 
     patched = patches.wrap(cls, "__init__", wrap)
     if patched and not warmup.watch(module, guard):  # 0.18-0.21: the GDN layer's own warmup, watched
-        proof.watch(module, guard)  # 0.17: no warmup, so jitguard's own proof call
+        proof_call.watch(module, guard)  # 0.17: no warmup, so jitguard's own proof call
     return patched
 
 
@@ -150,7 +150,7 @@ def _auto() -> str:
 
 def _unpatch_op_init(module: ModuleType) -> None:
     warmup.unwatch(module)
-    proof.unwatch(module)
+    proof_call.unwatch(module)
     cls = module.__dict__.get("ChunkGatedDeltaRule")
     if cls is not None:
         patches.undo(cls, "__init__")
@@ -166,7 +166,7 @@ def _expect_gdn_variants(vllm_config: Any, guard: ChoiceGuard) -> None:
         to_dict = getattr(hf, "to_dict", None)
         if callable(to_dict):
             # lazy: under the shield that plans the variants, not with the plugin's import
-            from jitguard.integrations.flashinfer import expect_gdn_variants
+            from jitguard.integrations.flashinfer_hook import expect_gdn_variants
 
             dtype = getattr(model_config, "dtype", None)
             expect_gdn_variants(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from jitguard.boundary import patches
 from jitguard.boundary.failsafe import shielded
-from jitguard.decision.engine import GDN_PREFILL
+from jitguard.decision.engine_verdicts import GDN_PREFILL
 from jitguard.integrations.proof import TOKENS, Trial, prove
 from jitguard.integrations.vllm import warmup
 

@@ -14,7 +14,7 @@ from jitguard.facts.jit_caches import CacheLayer, layers
 from jitguard.fileio import is_safe_relative
 from jitguard.fleet.artifact_store import ArtifactStore
 from jitguard.fleet.snapshot import SnapshotRejected, StackKey
-from jitguard.fleet.warm import fetch_manifest, manifest_name, restore, save
+from jitguard.fleet.warm_transfer import fetch_manifest, manifest_name, restore, save
 
 pytest.importorskip(
     "fsspec", reason="the artifact store needs fsspec (pip install fsspec: the 'share' extra)"

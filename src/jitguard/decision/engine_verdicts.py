@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jitguard.decision.gdn import UNVERIFIED
+from jitguard.decision.gdn_resolution import UNVERIFIED
 from jitguard.errors import BackendUnavailable
 from jitguard.facts.flashinfer import ERA_NVCC
 from jitguard.findings.checks import JIT_BUILD_DOOM

@@ -38,7 +38,7 @@ from jitguard.fleet.snapshot import (
     read_layer,
     relocate_triton_group,
 )
-from jitguard.fleet.store import ArtifactRejected, StoreUnavailable, StoreView
+from jitguard.fleet.store_transport import ArtifactRejected, StoreUnavailable, StoreView
 from jitguard.version import __version__
 
 _DIR_MODE = 0o700
