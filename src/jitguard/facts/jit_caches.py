@@ -1,6 +1,6 @@
 """Where the JIT caches of an engine start live on this host, found the way each tool finds its own.
 
-One layer per cache (vllm, sglang, triton, inductor, flashinfer, deep_gemm, jitguard's kernels), each from
+One layer per cache (vllm, sglang, triton, inductor, flashinfer, deep_gemm, tilelang, jitguard's kernels), each from
 its own variable and default as the tool reads them (docs/fleet.md). ``layers(env)`` is pure; SGLang's
 redirection of the others under ``SGLANG_CACHE_DIR`` is followed, and of two layers that nest only the outer
 one is kept, so no file is counted twice.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jitguard import fileio
 
-LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard")
+LAYER_NAMES = ("vllm", "sglang", "triton", "inductor", "flashinfer", "deep_gemm", "tilelang", "jitguard")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,14 @@ def layer(name: str, env: Mapping[str, str], jitguard_cache_dir: Path) -> CacheL
             if env.get(variable):
                 return CacheLayer(name, Path(env[variable]), variable)
         return CacheLayer(name, _home(env) / ".cache" / "deep_gemm", None)  # SGLang's; vLLM's is in its own
+    if name == "tilelang":
+        # TileLang: TILELANG_CACHE_DIR, else os.path.expanduser("~/.tilelang/cache")
+        var = _set(env, "TILELANG_CACHE_DIR")
+        return CacheLayer(
+            name,
+            Path(var) if var else _home(env) / ".tilelang" / "cache",
+            "TILELANG_CACHE_DIR" if var else None,
+        )
     if name == "jitguard":
         return CacheLayer(
             name,
@@ -132,6 +140,7 @@ OWN_PLACE = {
     "inductor": "~/.cache/torchinductor",
     "flashinfer": "~",
     "deep_gemm": "~/.cache/deep_gemm",
+    "tilelang": "~/.tilelang/cache",
     "jitguard": "~/.cache/jitguard",
 }
 VARIABLE = {
@@ -141,6 +150,7 @@ VARIABLE = {
     "inductor": "TORCHINDUCTOR_CACHE_DIR",
     "flashinfer": "FLASHINFER_WORKSPACE_BASE",
     "deep_gemm": "DG_JIT_CACHE_DIR",
+    "tilelang": "TILELANG_CACHE_DIR",
     "jitguard": "JITGUARD_CACHE_DIR",
 }
 

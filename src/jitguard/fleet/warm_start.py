@@ -48,8 +48,8 @@ from jitguard.locks.visible_lock import ModuleLock, ensure_visible_logging
 
 log = logging.getLogger("jitguard.warm")
 ENGINE_LAYERS: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard"),
-    "sglang": ("sglang", "triton", "inductor", "flashinfer", "deep_gemm", "jitguard"),
+    "vllm": ("vllm", "triton", "inductor", "flashinfer", "deep_gemm", "tilelang", "jitguard"),
+    "sglang": ("sglang", "triton", "inductor", "flashinfer", "deep_gemm", "tilelang", "jitguard"),
 }
 MARKER_SCHEMA = "jitguard.warm-restored/1"
 _tried: dict[str, Outcome] = {}  # per process: store|name|arch -> what the one attempt did

@@ -34,7 +34,7 @@ LAYERS: dict[str, Layer] = {
     "inductor": Layer("Inductor FX graphs", "inductor"),
     "torch-compile": Layer("the engine's torch.compile", "engine"),
     "deep-gemm": Layer("DeepGEMM kernels", "deep_gemm"),
-    "tilelang": Layer("TileLang kernels", None),
+    "tilelang": Layer("TileLang kernels", "tilelang"),
 }
 PHASES = ("import", "facts", "verdict", "restore", "lock_waits", "save")
 OUTCOMES = ("compiled", "cached", "restored")  # what one event of a layer was

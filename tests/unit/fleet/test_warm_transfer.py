@@ -267,16 +267,34 @@ def test_layers_are_found_where_each_tool_looks() -> None:
     assert found["inductor"][0].startswith("/scratch/torchinductor_")
     assert found["flashinfer"] == ("/home/u/.cache/flashinfer", None)
     assert found["jitguard"] == ("/home/u/.cache/jitguard/kernels", None)
+    assert found["tilelang"] == ("/home/u/.tilelang/cache", None)  # os.path.expanduser, XDG not read
     moved = {
         "HOME": "/home/u",
         "VLLM_CACHE_ROOT": "/data/c/vllm",
         "XDG_CACHE_HOME": "/xdg",
         "TRITON_HOME": "/t",
+        "TILELANG_CACHE_DIR": "/data/c/tilelang",
     }
     found = {c.name: (str(c.root), c.variable) for c in layers(moved, Path("/j"))}
+    assert found["tilelang"] == ("/data/c/tilelang", "TILELANG_CACHE_DIR")
     assert found["vllm"] == ("/data/c/vllm", "VLLM_CACHE_ROOT")
     assert found["sglang"] == ("/home/u/.cache/sglang", None)  # SGLang does not read XDG_CACHE_HOME
     assert found["triton"] == ("/t/.triton/cache", "TRITON_HOME")
+
+
+def test_a_tilelang_kernel_lands_under_another_root_where_tilelang_looks(tmp_path: Path) -> None:
+    """TileLang's cache key holds no path, so its entries travel as they are: under the new host's own
+    TILELANG_CACHE_DIR, at the same place relative to it."""
+    entry = "0.1.7/linux-x86_64/kernels/4be1c0ffee/kernel_lib.so"
+    first = CacheLayer("tilelang", tmp_path / "host-a" / ".tilelang" / "cache", None)
+    (first.root / entry).parent.mkdir(parents=True)
+    (first.root / entry).write_bytes(b"\x7fELF" + b"\x00" * 60)
+    store = store_at(tmp_path)
+    assert save(store, STACK, "default", (first,)).uploaded_files == 1
+    second = CacheLayer("tilelang", tmp_path / "elsewhere" / "tl", "TILELANG_CACHE_DIR")
+    snapshot = fetch_manifest(store, STACK, "default")[0]  # type: ignore[index]
+    restore(store, snapshot, (second,))
+    assert files_under(second.root) == files_under(first.root)
 
 
 def test_a_cache_inside_another_is_one_layer() -> None:
