@@ -22,10 +22,11 @@ PACKAGE = Path(jitguard.__file__).parent
 # `ledger` (the start ledger: what each JIT layer compiled, jitguard's own phases) right above `boundary`, so every
 # stage that compiles, loads or waits (fleet, flashinfer_jit, integrations) can count into it;
 # `state` is the record the build stage writes; `status` (the status service: what each GDN backend and engine
-# choice can do here) right above it, so the op and the engine guard both ask it and neither asks the other; `fleet` shares what a host compiled (store, compiler cache, warm
-# snapshots) and is called by the build stage and the engine boundary; the op (`gdn`) uses decision, state and the build stage;
-# the engine integrations use the op; the CLI sits on top of every stage, and the package root (`__init__.py`:
-# the version and `install()`, which reaches the engine boundary) on top of all: no module imports it.
+# choice can do here) right above it, so the op and the engine guard both ask it and neither asks the other;
+# `fleet` shares what a host compiled (store, compiler cache, warm snapshots) and is called by the build stage
+# and the engine boundary; the op (`gdn`) uses decision, status and the build stage; the engine integrations sit
+# above the op; the CLI sits on top of every stage, and the package root (`__init__.py`: the version and
+# `install()`, which reaches the engine boundary) on top of all: no module imports it.
 ROOT = "__init__"
 STAGES = (
     ("config", "errors", "fileio", "redaction", "version"),
