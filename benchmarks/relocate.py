@@ -6,6 +6,7 @@ paths, restored from the first host's store; stock beside jitguard, each start's
     python3 benchmarks/relocate.py run --part second --site /tmp/site --out $OUT    # the warm host, the new hosts
     python3 benchmarks/relocate.py run --part jitguard --site /tmp/site --out $OUT  # the jitguard rows in one call
     python3 benchmarks/relocate.py run --part all --site /tmp/site --out $OUT       # every row, one machine
+    python3 benchmarks/relocate.py run --part pinned --site /tmp/site --out $OUT    # the jitguard rows, KV cache pinned
     python3 benchmarks/relocate.py table A.jsonl [B.jsonl ...] --out benchmarks/results
 
 Rows (the payload of benchmarks/dsl_engine.py, vLLM 0.26.0 + FlashInfer 0.6.14 with the DSL importable;
@@ -20,6 +21,11 @@ Rows (the payload of benchmarks/dsl_engine.py, vLLM 0.26.0 + FlashInfer 0.6.14 w
 - jitguard new host C (another root again) with a planted key change (``VLLM_CPU_OMP_THREADS_BIND=nobind``: a
   variable vLLM hashes into its compile-cache key that changes nothing on a GPU), under require: must-hit
   should fail, naming the variable (exit 1).
+
+- ``--part pinned``: the jitguard first host, new host B and the planted row C again with the KV cache size pinned
+  (``kv_cache_memory_bytes``, ``PINNED``). vLLM's mamba conv1d kernels take the number of cache lines as a
+  ``tl.constexpr``, and vLLM sizes the cache from the free memory its profile run measures: a start that measured
+  otherwise compiles them again under another key, which must-hit reports. Pinned, every host has one size.
 
 Each row keeps its ledger line, the newest start of ``jitguard starts --json`` on that host and the
 compile-cache key directories vLLM holds there. Results go to ``/tmp/jitguard-warm/relocate.jsonl`` (across
@@ -58,6 +64,7 @@ RESULTS = WORK / "relocate.jsonl"
 SECOND = WORK / "elsewhere" / "second-host"
 THIRD = WORK / "third" / "host-c"
 PLANTED = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+PINNED = {"BENCH_KV_CACHE_BYTES": str(4 << 30)}  # kv_cache_memory_bytes: one cache size on every host
 
 
 def jitguard(env: dict[str, str], *args: str) -> tuple[int, str]:
@@ -131,12 +138,15 @@ def part_first(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list
     return rows + first_host(site, budget, logs, notes)
 
 
-def first_host(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+def first_host(
+    site: Path, budget: Budget, logs: Path, notes: list[str], pinned: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     model = model_for(site, WORK)
     rows: list[dict[str, Any]] = []
     empty_host()
-    row = Row("relocate", "jitguard first host (cold, publishes)", True, "cold", limit_s=300)
-    env = host_env(site, jitguard=True, publish=True)
+    name = "jitguard first host (cold, publishes)" + (", KV cache pinned" if pinned else "")
+    row = Row("relocate", name, True, "cold", limit_s=300)
+    env = host_env(site, jitguard=True, publish=True, **(pinned or {}))
     one(row, site, model, env, HOST, budget, logs, rows, notes)
     time.sleep(2)
     save_by_command(site, notes)
@@ -159,15 +169,34 @@ def part_second(site: Path, budget: Budget, logs: Path, notes: list[str]) -> lis
     rows: list[dict[str, Any]] = []
     row = Row("relocate", "jitguard warm host", True, "warm", limit_s=200)
     one(row, site, model, host_env(site, jitguard=True), HOST, budget, logs, rows, notes)
+    return rows + new_hosts(site, budget, logs, notes)
+
+
+def part_pinned(site: Path, budget: Budget, logs: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """The jitguard rows with the KV cache size pinned (``PINNED``): a fresh store, the first host, the new hosts."""
+    fresh_store(site)
+    return first_host(site, budget, logs, notes, PINNED) + new_hosts(site, budget, logs, notes, PINNED)
+
+
+def new_hosts(
+    site: Path, budget: Budget, logs: Path, notes: list[str], pinned: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """New host B restored under another root, then C with a planted key change, both under must-hit."""
+    model = model_for(site, WORK)
+    rows: list[dict[str, Any]] = []
+    suffix = ", KV cache pinned" if pinned else ""
     for host, name, planted in (
         (SECOND, "jitguard new host under another root (restored, must-hit)", {}),
         (THIRD, "jitguard new host, another root, a planted key change (must-hit)", PLANTED),
     ):
         empty_host(host)
-        env = {**host_env(site, jitguard=True, host=host, JITGUARD_WARM="require"), **planted}
-        one(
-            Row("relocate", name, True, "new", limit_s=200), site, model, env, host, budget, logs, rows, notes
-        )
+        env = {
+            **host_env(site, jitguard=True, host=host, JITGUARD_WARM="require"),
+            **planted,
+            **(pinned or {}),
+        }
+        row = Row("relocate", name + suffix, True, "new", limit_s=200)
+        one(row, site, model, env, host, budget, logs, rows, notes)
     return rows
 
 
@@ -228,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--part", choices=("first", "second", "jitguard", "all"), required=True)
+    run.add_argument("--part", choices=("first", "second", "jitguard", "all", "pinned"), required=True)
     run.add_argument("--site", type=Path, required=True)
     run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     run.add_argument("--budget", type=float, default=560.0)
@@ -245,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = WORK / f"logs-relocate-{args.part}"
     logs.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    part = {"first": part_first, "second": part_second, "jitguard": part_jitguard, "all": part_all}[args.part]
+    parts = {"first": part_first, "second": part_second, "jitguard": part_jitguard, "all": part_all}
+    part = {**parts, "pinned": part_pinned}[args.part]
     rows = part(args.site, Budget(args.budget), logs, notes)
     with open(RESULTS, "a") as handle:
         handle.write(json.dumps({"machine": machine(args.site), "part": args.part, "notes": notes}) + "\n")
