@@ -146,7 +146,7 @@ def first_host(
     empty_host()
     name = "jitguard first host (cold, publishes)" + (", KV cache pinned" if pinned else "")
     row = Row("relocate", name, True, "cold", limit_s=300)
-    env = host_env(site, jitguard=True, publish=True, **(pinned or {}))
+    env = {**host_env(site, jitguard=True, publish=True), **(pinned or {})}
     one(row, site, model, env, HOST, budget, logs, rows, notes)
     time.sleep(2)
     save_by_command(site, notes)
