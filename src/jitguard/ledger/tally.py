@@ -30,6 +30,7 @@ from jitguard.ledger.record import (
     Warm,
 )
 
+Cause = str | Callable[[], str]  # why a compile happened, or how to find out (called for a miss only)
 log = logging.getLogger("jitguard.ledger")
 START_ID = "JITGUARD_START_ID"
 MAX_LOGGED = 10  # must-hit errors in the log per process; the ledger keeps more
@@ -62,10 +63,11 @@ class Tally:
             return self._record
 
     def count(
-        self, layer: str, outcome: str, *, n: int = 1, seconds: float = 0.0, what: str = "", cause: str = ""
+        self, layer: str, outcome: str, *, n: int = 1, seconds: float = 0.0, what: str = "", cause: Cause = ""
     ) -> None:
         """``n`` events of ``outcome`` (compiled, cached, restored) in ``layer``; a compile in a layer the warm
-        snapshot covers is a must-hit miss (an error under ``JITGUARD_WARM=require``)."""
+        snapshot covers is a must-hit miss (an error under ``JITGUARD_WARM=require``). ``cause``: why it
+        compiled, or how to find out (called only for a miss)."""
         if layer not in LAYERS or n <= 0:
             return
         with self._lock:
@@ -86,10 +88,11 @@ class Tally:
             )
             misses = record.misses
             miss = outcome == "compiled" and layer in record.warm.covered
+            why = (cause() if callable(cause) else cause) if miss and len(misses) < MAX_MISSES else ""
             if miss and len(misses) < MAX_MISSES:
                 misses = (
                     *misses,
-                    Miss(layer, what or f"{n} {LAYERS[layer].title}", cause or "the tool did not say"),
+                    Miss(layer, what or f"{n} {LAYERS[layer].title}", why or "the tool did not say"),
                 )
             self._record = replace(record, layers={**record.layers, layer: new}, misses=misses)
             self.dirty = True
@@ -103,7 +106,7 @@ class Tally:
                 LAYERS[layer].title,
                 what or f"{n} item(s)",
                 record.warm.name,
-                cause or "the tool did not say why",
+                why or "the tool did not say why",
             )
             if len(misses) == MAX_LOGGED:
                 log.error(
@@ -191,7 +194,7 @@ def forget() -> None:
 
 
 def count(
-    layer: str, outcome: str, *, n: int = 1, seconds: float = 0.0, what: str = "", cause: str = ""
+    layer: str, outcome: str, *, n: int = 1, seconds: float = 0.0, what: str = "", cause: Cause = ""
 ) -> None:
     """``Tally.count`` on this process's tally; nothing outside an engine start."""
     tally = current()

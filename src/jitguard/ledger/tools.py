@@ -69,10 +69,13 @@ def _listener(previous: Callable[..., Any] | None, *, cache_dir: str) -> Callabl
         try:
             seconds = float(getattr(times, "total", 0) or 0) / 1e6  # Triton gives microseconds
             name = str(getattr(src, "name", "") or "kernel")
-            key = str((metadata or {}).get("hash", ""))[:16] if isinstance(metadata, Mapping) else ""
-            cause = f"Triton's cache ({cache_dir}) has no kernel for its key {key}" if key else ""
+            full = str((metadata or {}).get("hash", "")) if isinstance(metadata, Mapping) else ""
             tally.count(
-                "triton", "cached" if cache_hit else "compiled", seconds=seconds, what=name, cause=cause
+                "triton",
+                "cached" if cache_hit else "compiled",
+                seconds=seconds,
+                what=name,
+                cause=functools.partial(triton_miss_cause, cache_dir, name, full),
             )
         except Exception:
             pass  # counting never breaks a compile
@@ -81,6 +84,34 @@ def _listener(previous: Callable[..., Any] | None, *, cache_dir: str) -> Callabl
 
     setattr(listener, _MARK, True)
     return listener
+
+
+def triton_miss_cause(cache_dir: str, name: str, key: str) -> str:
+    """Why Triton compiled kernel ``name`` (its ``key``, the metadata's hash) although its cache was restored:
+    whether the cache holds other builds of the same kernel. It does when an argument Triton specializes on
+    (a ``tl.constexpr``'s value, an integer's divisibility by 16) differed from the start that filled it."""
+    where = (
+        f"Triton's cache ({cache_dir}) has no kernel for its key {key[:16]}" if key else "Triton compiled it"
+    )
+    root = Path(os.path.expanduser(cache_dir))
+    others = 0
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                # the metadata of each build, read the trusted way (a link or a FIFO planted there is a miss)
+                metadata = fileio.read_json(Path(entry.path) / f"{name}.json", root=root)
+                if metadata is not None and str(metadata.get("hash", "")) != key:
+                    others += 1
+    except OSError:
+        return where
+    if not others:
+        return f"{where}, nor any other build of {name}: the start that filled it never compiled this kernel"
+    return (
+        f"{where}, but {others} other build{'s' if others != 1 else ''} of {name}: an argument Triton "
+        "specializes on (a tl.constexpr's value, an integer's divisibility by 16) differed from the start that "
+        "filled it; a constexpr that holds a size measured at start (vLLM's mamba conv1d kernels take the "
+        "number of cache lines) differs between hosts unless that size is pinned (kv_cache_memory_bytes)"
+    )
 
 
 def _counted_autotune(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -4,7 +4,8 @@ workload compiled, and the engine's ready point reached.
 
 ``python engine_start.py inductor:2`` compiles ``(x * 2 + 1).sin()`` with torch.compile on CPU (Inductor
 generates and builds C++; a second process finds it in the FX graph cache); ``inductor:3`` is a changed
-function (another cache key). ``triton`` compiles a real Triton kernel for sm_90 (no GPU needed to compile); ``triton-chained`` does
+function (another cache key). ``triton`` compiles a real Triton kernel for sm_90 (no GPU needed to compile;
+``triton:256``: another BLOCK constexpr, another key); ``triton-chained`` does
 the same with a compilation listener set before jitguard's (it is called too).
 """
 
@@ -24,7 +25,7 @@ def inductor(multiplier: int) -> None:
     f(torch.randn(8))
 
 
-def triton_kernel() -> None:
+def triton_kernel(block: int = 128) -> None:
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -38,7 +39,7 @@ def triton_kernel() -> None:
 
     signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"}
     triton.compile(
-        ASTSource(add, signature=signature, constexprs={"BLOCK": 128}), target=GPUTarget("cuda", 90, 32)
+        ASTSource(add, signature=signature, constexprs={"BLOCK": block}), target=GPUTarget("cuda", 90, 32)
     )
 
 
@@ -60,7 +61,7 @@ def main(workload: str) -> None:
     if kind == "inductor":
         inductor(int(arg or 2))
     elif kind in ("triton", "triton-chained"):
-        triton_kernel()
+        triton_kernel(int(arg or 128))
     if kind == "triton-chained":
         print(f"EARLIER LISTENER CALLED {calls}")
     start_ledger.ready("engine-core")

@@ -143,6 +143,24 @@ def test_triton_kernels_are_counted_and_a_relocated_restore_hits(tmp_path: Path)
     assert payload["starts"][0]["layers"]["triton"]["cached"] == 1
 
 
+def test_a_triton_kernel_built_for_another_constexpr_is_a_miss_that_says_so(tmp_path: Path) -> None:
+    """vLLM's mamba conv1d kernels take the number of cache lines as a tl.constexpr: a host whose cache size
+    differs compiles them again. The miss says the cache holds another build of that kernel."""
+    triton = real_triton()
+    store = tmp_path / "store"
+    path = {"PYTHONPATH": os.pathsep.join([str(triton), os.environ.get("PYTHONPATH", "")])}
+    first = _host(tmp_path, "first", store, **path)
+    _start(first, "triton:128")
+    _save(first, store, "triton")
+    second = _host(tmp_path, "second", store, JITGUARD_WARM="require", **path)
+    done = _start(second, "triton:256")  # the same kernel, another BLOCK: another key
+    assert "must-hit miss: Triton kernels compiled add" in done.stderr
+    code, payload = _starts(second, "--check")
+    assert code == 1
+    (miss,) = payload["check"]["misses"]
+    assert "but 1 other build of add" in miss["cause"] and "tl.constexpr" in miss["cause"]
+
+
 def test_a_snapshot_baked_in_by_command_covers_a_start_without_a_store(inductor_hosts: Path) -> None:
     """The Docker image case: `jitguard warm restore` in a build step, the engine started later with no store."""
     env = _host(inductor_hosts, "image", inductor_hosts / "store", JITGUARD_WARM="require")

@@ -98,3 +98,19 @@ def test_must_hit_errors_in_the_log_are_bounded_the_ledger_keeps_them(
     assert len(caplog.records) == tally.MAX_LOGGED + 1
     assert "further must-hit misses are not logged" in caplog.records[-1].getMessage()
     assert len(current.record.misses) == 15
+
+
+def test_a_cause_is_worked_out_only_for_a_miss() -> None:
+    current = tally.begin("vllm")
+    current.set_warm(Warm("auto", "restored", "default", ("triton",)))
+    asked: list[str] = []
+
+    def cause(name: str) -> str:
+        asked.append(name)
+        return f"why {name}"
+
+    tally.count("inductor", "compiled", what="g", cause=lambda: cause("g"))  # not covered: no miss
+    tally.count("triton", "cached", what="k", cause=lambda: cause("k"))
+    tally.count("triton", "compiled", what="add", cause=lambda: cause("add"))
+    assert asked == ["add"]
+    assert [m.cause for m in current.record.misses] == ["why add"]
