@@ -484,7 +484,9 @@ class Settings:
     cutedsl_cache: bool = (
         True  # JITGUARD_CUTEDSL_CACHE: keep compiled CuTeDSL kernels (cutedsl.persisting_compile)
     )
-    warm: str = "auto"  # JITGUARD_WARM: restore/save engine-start JIT caches through the store (fleet.warm)
+    warm: str = (
+        "auto"  # JITGUARD_WARM: restore/save engine-start JIT caches through the store (fleet.warm_transfer)
+    )
     warm_name: str = "default"  # JITGUARD_WARM_NAME: which snapshot of this stack and arch
     warm_arch: str | None = None  # JITGUARD_WARM_ARCH: the GPU arch when no GPU can be asked (e.g. 9.0)
     signing_key: Path | None = None  # JITGUARD_SIGNING_KEY: private key that signs what this host publishes

@@ -421,7 +421,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     (
         "integrations/vllm/warmup.py",
         "jitguard.integrations.vllm.gdn_prefill",
-    ): "a cycle: vllm.gdn imports the warmup",
+    ): "a cycle: vllm.gdn_prefill imports the warmup",
     # The engine plugins' import stays light and their shields hold: a stage loads where it is used, under the
     # shield that runs it (FlashInfer builds, a store restores, the op is asked, a CuTeDSL-era module appears),
     # not with the hook or the plugin.

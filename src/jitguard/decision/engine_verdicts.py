@@ -1,5 +1,5 @@
 """The FlashInfer JIT paths an inference engine chooses on its own, and what jitguard answers for each: the
-one choice core of every engine plugin (vLLM's table ``CHOICES`` here, SGLang's phases in ``decision.sglang``).
+one choice core of every engine plugin (vLLM's table ``CHOICES`` here, SGLang's phases in ``decision.sglang_phases``).
 
 A choice whose modules cannot be built or loaded here keeps the engine's own path with one warning when the
 engine picked it, and stops start-up clearly when the user named it (``assess``, ``verdict``). Unknown is not

@@ -1,9 +1,9 @@
 """SGLang's linear-attention kernel choice, phase by phase: one ``Choice`` per phase (``PHASE_CHOICES``), judged
-by the one choice core (``decision.engine``), and how the operator asked for FlashInfer.
+by the one choice core (``decision.engine_verdicts``), and how the operator asked for FlashInfer.
 
 Prefill runs FlashInfer's GDN prefill and takes its verdict as it is (the vLLM plugin's); decode and verify
 run CuTeDSL kernels compiled in-process, so only the findings that stop every FlashInfer GDN kernel decide them
-(``decision.engine.KERNEL_WIDE``) (docs/sglang.md). Pure: nothing here imports SGLang
+(``decision.engine_verdicts.KERNEL_WIDE``) (docs/sglang.md). Pure: nothing here imports SGLang
 (``integrations/sglang.py`` reads SGLang and applies the verdicts).
 """
 

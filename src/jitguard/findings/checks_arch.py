@@ -46,7 +46,7 @@ _KIND_TEXT = {
     KIND_FUSED_MOE: "CUTLASS fused MoE",
     KIND_GDN: "GDN prefill",
 }
-# An engine's FlashInfer choice (decision.engine.CHOICES) -> the module kind it builds, its name in a
+# An engine's FlashInfer choice (decision.engine_verdicts.CHOICES) -> the module kind it builds, its name in a
 # sentence, and the engine's own path (text, command).
 CHOICE_KINDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
     "sampler": (
@@ -107,7 +107,7 @@ def check(facts: Facts, backend: str) -> list[Finding]:
 
 
 def for_choice(facts: Facts, choice: str) -> tuple[list[Finding], list[Finding]]:
-    """The findings for an engine's FlashInfer ``choice`` (a ``decision.engine`` key), split into (those a
+    """The findings for an engine's FlashInfer ``choice`` (a ``decision.engine_verdicts`` key), split into (those a
     prebuilt module makes moot: nvcc is not run; those that stand anyway: FlashInfer refuses the GPU before it
     looks for a prebuilt module)."""
     known = CHOICE_KINDS.get(choice)

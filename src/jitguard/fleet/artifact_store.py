@@ -1,7 +1,7 @@
 """The artifact store: built modules shared between hosts through a store named by URL (fsspec).
 
 Modules are kept as ``v1/modules/<module>/<build fingerprint>-<variant>.json`` manifests over the blobs of
-``fleet.store``, published blobs first and manifest last. A fetched file is used only if its size and SHA-256
+``fleet.store_transport``, published blobs first and manifest last. A fetched file is used only if its size and SHA-256
 match and is installed by rename; whoever can write the store can run code on every host that fetches
 (docs/fleet.md). Faults raise ``StoreUnavailable`` or ``ArtifactRejected``; a key not there is ``None``.
 """

@@ -1,5 +1,5 @@
 """Warm start: an engine on a new host restores the fleet's snapshot of its JIT caches before it compiles
-anything, and an engine that is ready saves what it compiled (``fleet.warm`` does the work).
+anything, and an engine that is ready saves what it compiled (``fleet.warm_transfer`` does the work).
 
 ``restore_once`` runs in every engine process at plugin registration, when a store is configured
 (``JITGUARD_SHARE``) and ``JITGUARD_WARM`` is not ``off``. One process per host restores: it holds the host's

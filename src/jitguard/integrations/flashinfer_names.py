@@ -1,6 +1,6 @@
 """The FlashInfer names jitguard patches, calls or reads, in one list, and whether a FlashInfer tree has them.
 
-jitguard reaches into FlashInfer by module and name (``integrations.flashinfer``, ``flashinfer_jit``,
+jitguard reaches into FlashInfer by module and name (``integrations.flashinfer_hook``, ``flashinfer_jit``,
 ``gdn_variants``, ``cutedsl``, ``gdn.backends.flashinfer``). When a release moves one, the patch or call stops
 applying; ``check(root, version)`` finds each name in a FlashInfer tree's source without importing it
 (``facts.source_names``), so a new release can be read before anyone installs it. ``NAMES`` is kept in step

@@ -142,7 +142,7 @@ def _settle(guard: ChoiceGuard, exc: BaseException) -> bool:
 
 def trial() -> Trial:
     """vLLM's GDN prefill as this process asked for it (the resolver site tells ``requested``)."""
-    # lazy: a cycle (vllm.gdn imports this module at its top)
+    # lazy: a cycle (vllm.gdn_prefill imports this module at its top)
     from jitguard.integrations.vllm.gdn_prefill import FLAG, FLASHINFER, INSTEAD
 
     named = f"{FLAG} {FLASHINFER}" if _state["requested"] == FLASHINFER else None
