@@ -71,6 +71,11 @@ class ProcessFacts:
             )
             return self._facts
 
+    def probe_seconds(self) -> Mapping[str, float]:
+        """Each probe's seconds in the one collection (empty before it, or where it failed)."""
+        with self._lock:
+            return dict(self._facts.seconds) if self._facts is not None else {}
+
     def serves(self, env: Mapping[str, str]) -> bool:
         """Whether these facts are ``env``'s: not collected yet, or collected in that very environment."""
         with self._lock:

@@ -13,6 +13,7 @@ the checks that needed it, so a verdict says "unknown" there instead of "passed"
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,8 @@ class Facts:
     triton_jit: TritonJitFacts | None = None
     # The file systems of jitguard's cache dir, FlashInfer's workspace and Triton's cache (network or not)
     filesystems: FilesystemFacts | None = None
+    # probe name -> seconds it took here (the start ledger names the slowest: jitguard's own cost)
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = None) -> Facts:
@@ -118,13 +121,17 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
     env = dict(os.environ if env is None else env)
     cache_dir = cache_dir or default_cache_dir(env)
     unavailable: dict[str, str] = {}
+    seconds: dict[str, float] = {}
 
     def run(name: str, probe: Callable[[], T]) -> T:
+        started = time.perf_counter()
         try:
             return probe()
         except Exception as exc:  # any probe's crash is one unknown fact, never a crash of collect()
             unavailable[name] = describe_error(exc)
             return Unavailable(name, unavailable[name])  # type: ignore[return-value]
+        finally:
+            seconds[name] = time.perf_counter() - started
 
     tool = run("toolchain", lambda: toolchain.probe(env))
     pkgs = run("packages", packages.probe)
@@ -175,4 +182,5 @@ def collect(env: Mapping[str, str] | None = None, *, cache_dir: Path | None = No
         dsl_path=dsl_where,
         triton_jit=jit,
         filesystems=mounts,
+        seconds=dict(seconds),
     )

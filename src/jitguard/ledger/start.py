@@ -135,9 +135,14 @@ def _count_counters(compilation_config: Any) -> None:
 
 
 def _facts_phase(current: tally.Tally) -> None:
-    seconds = process_facts.process_facts().seconds
+    provider = process_facts.process_facts()
+    seconds = provider.seconds
     if seconds and "facts" not in current.record.phases:
         current.phase("facts", seconds)
+        slowest = sorted(provider.probe_seconds().items(), key=lambda item: -item[1])[:4]
+        if slowest:
+            said = ", ".join(f"{name} {took:.2f} s" for name, took in slowest)
+            current.note(f"facts: the slowest probes: {said}", about="facts:")
 
 
 def _write(current: tally.Tally, cache_dir: Path | None) -> None:
