@@ -68,7 +68,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     }
     result["runs"] = [choose(utils, run) for run in spec["runs"]]
     # `jitguard doctor --engine sglang`: the layout read from SGLang's installed files, without importing it
-    result["described"] = [[row["phase"], row["layout"]] for row in plugin.describe_choices()]
+    result["described"] = [
+        [row["phase"], row["layout"]] for row in plugin.describe_choices(plugin.guard().settings.cache_dir)
+    ]
     return result
 
 
