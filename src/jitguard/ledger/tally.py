@@ -70,6 +70,9 @@ class Tally:
         compiled, or how to find out (called only for a miss)."""
         if layer not in LAYERS or n <= 0:
             return
+        seen = self._record  # the cause may read files: worked out before the lock, for a miss only
+        might_miss = outcome == "compiled" and layer in seen.warm.covered and len(seen.misses) < MAX_MISSES
+        why = (cause() if callable(cause) else cause) if might_miss else ""
         with self._lock:
             record = self._record
             old = record.layers.get(layer, LayerCounts())
@@ -88,7 +91,6 @@ class Tally:
             )
             misses = record.misses
             miss = outcome == "compiled" and layer in record.warm.covered
-            why = (cause() if callable(cause) else cause) if miss and len(misses) < MAX_MISSES else ""
             if miss and len(misses) < MAX_MISSES:
                 misses = (
                     *misses,
