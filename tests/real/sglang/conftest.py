@@ -5,7 +5,6 @@ test first needs one: tests/lib/release_preparation.py), and the hosts the tests
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from release_preparation import (
     start_when_selected,
     terminal,
 )
+from scenario_runner import run_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("sglang_scenario.py")
@@ -85,20 +85,7 @@ class SglangRelease:
         # This checkout's jitguard first, whatever is installed.
         path = os.pathsep.join(map(str, (REPO / "src", self.src, *self.extra)))
         full = {**env, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
-        proc = subprocess.run(
-            [str(self.python), str(script), json.dumps(spec)],
-            env=full,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        output = proc.stdout + proc.stderr
-        results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        assert proc.returncode == 0 and results, (
-            f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
-        )
-        return json.loads(results[-1][len("RESULT ") :]), output
+        return run_scenario(self.python, script, spec, full)
 
 
 PREPARATION = pytest.StashKey[Preparation]()

@@ -6,13 +6,14 @@ those directories."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from scenario_runner import run_code
+
 REPO = Path(__file__).resolve().parents[3]
+
 SCRIPT = r"""
 import json, os, sys
 from pathlib import Path
@@ -46,12 +47,7 @@ def _run(release: Any, home: Path) -> dict[str, Any]:
         PYTHONPATH=f"{REPO / 'src'}:{release.src}",
         HF_HUB_OFFLINE="1",
     )
-    proc = subprocess.run(
-        [str(release.python), "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return dict(json.loads(lines[-1][len("RESULT ") :]))
+    return run_code(release.python, SCRIPT, env)
 
 
 def _within(path: str, roots: list[str]) -> bool:

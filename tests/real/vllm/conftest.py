@@ -10,7 +10,6 @@ pip output stays in ``<root>/<version>.log``."""
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from release_preparation import (
     start_when_selected,
     terminal,
 )
+from scenario_runner import run_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = Path(__file__).with_name("scenario.py")
@@ -130,20 +130,7 @@ class VllmRelease:
         full = self.environment(env)
         full.setdefault("HF_HUB_OFFLINE", "1")
         full.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-        proc = subprocess.run(
-            [str(python), str(script), json.dumps(spec)],
-            env=full,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        output = proc.stdout + proc.stderr
-        results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        assert proc.returncode == 0 and results, (
-            f"scenario failed (exit {proc.returncode}):\n{output[-6000:]}"
-        )
-        result = json.loads(results[-1][len("RESULT ") :])
+        result, output = run_scenario(python, script, spec, full)
         if "flashinfer" in result:  # the pair under test is the one this environment imports
             assert result["flashinfer"] == self.flashinfer, (result["flashinfer"], self.flashinfer)
         return result, output

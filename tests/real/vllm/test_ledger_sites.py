@@ -5,16 +5,16 @@ start id its child processes inherit, and every field the ledger reads of vLLM's
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from jitguard.ledger.tools import VLLM_CACHED, VLLM_COMPILED
+from scenario_runner import run_code
 
 REPO = Path(__file__).resolve().parents[3]
+
 SCRIPT = r"""
 import dataclasses, json, os
 from jitguard.boundary.patches import original_of
@@ -45,12 +45,7 @@ def test_both_ready_points_are_wrapped_and_the_counters_the_ledger_reads_exist(
         PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{release.pythonpath}",
         HF_HUB_OFFLINE="1",
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    found = json.loads(lines[-1][len("RESULT ") :])
+    found = run_code(sys.executable, SCRIPT, env)
     assert found["engine_core"] and found["worker"]
     assert found["start_id"]  # made by the first process, for the EngineCore and workers it starts
     # Compiles and loads of vLLM's own cache in every release; the AOT counters (newer releases) read as 0 where

@@ -7,16 +7,16 @@ plugin, where stock vLLM before 0.33 keys it on paths under them."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from jitguard.integrations.vllm.compile_key import LOCATION_ONLY
+from scenario_runner import run_code
 
 REPO = Path(__file__).resolve().parents[3]
+
 SCRIPT = r"""
 import json, os, sys
 from pathlib import Path
@@ -54,12 +54,7 @@ def _run(release: Any, tmp_path: Path, **env_extra: str) -> dict[str, Any]:
             **env_extra,
         }
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return dict(json.loads(lines[-1][len("RESULT ") :]))
+    return run_code(sys.executable, SCRIPT, env)
 
 
 def test_the_vllm_layer_is_vllms_own_cache_root_and_the_ready_hook_is_real(
