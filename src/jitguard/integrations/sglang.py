@@ -247,7 +247,7 @@ def _register(facts: Facts | None) -> bool:
     with _lock:
         if facts is not None:
             process_facts.replace(lambda: facts)
-            _guard.set_facts(settings=settings)
+            _guard.set_facts()
         _guard.use(settings)
         if _layout is not None:
             return True

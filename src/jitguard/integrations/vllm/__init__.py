@@ -147,7 +147,7 @@ def _register(status: Callable[[], BackendStatus] | None, facts: Callable[[], Fa
         if facts is not None:
             process_facts.replace(facts)
         if facts is not None or status is not None:
-            _guard.set_facts(gdn=status, settings=settings)
+            _guard.set_facts(gdn=status)
         _guard.use(settings)
         if _hook is None:
             route_logs()
